@@ -1,0 +1,172 @@
+"""/etc/powerd.toml -> typed settings. Unknown keys and bad values are errors naming the key."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10 (JetPack 6)
+    import tomli as tomllib
+
+DEFAULT_CONFIG_PATH = "/etc/powerd.toml"
+DEFAULT_ENDPOINT = "ipc:///run/powerd/powerd.sock"
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ServerConfig(_Section):
+    endpoint: str = DEFAULT_ENDPOINT
+    socket_group: str = "powerd"
+    admin_group: str = "root"
+    heartbeat_timeout_ms: int = Field(5000, ge=200, le=600_000)
+
+    @model_validator(mode="after")
+    def _endpoint_scheme(self) -> ServerConfig:
+        if not self.endpoint.startswith(("ipc://", "tcp://")):
+            raise ValueError("endpoint must start with ipc:// or tcp://")
+        return self
+
+
+class StrategyConfig(_Section):
+    name: Literal["powertrain", "binary-search"] = "powertrain"
+
+
+class DeviceConfig(_Section):
+    root: str = "/"
+    core_counts: list[int] = Field(default_factory=list)
+    emc_rates_hz: list[int] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _positive(self) -> DeviceConfig:
+        if any(c < 1 for c in self.core_counts):
+            raise ValueError("core_counts must be >= 1")
+        if any(r <= 0 for r in self.emc_rates_hz):
+            raise ValueError("emc_rates_hz must be > 0")
+        return self
+
+
+class PowerConfig(_Section):
+    sample_interval_ms: int = Field(100, ge=5, le=10_000)
+
+
+class ProfilingConfig(_Section):
+    modes: int = Field(50, ge=1, le=1000)
+    settle_ms: int = Field(2000, ge=0, le=120_000)
+    min_steps: int = Field(5, ge=1, le=10_000)
+    window_ms: int = Field(4000, ge=0, le=600_000)
+
+
+class BudgetConfig(_Section):
+    default_w: float = Field(30.0, gt=0)
+    min_w: float = Field(10.0, gt=0)
+    max_w: float = Field(60.0, gt=0)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> BudgetConfig:
+        if not self.min_w <= self.default_w <= self.max_w:
+            raise ValueError(
+                f"need min_w <= default_w <= max_w, got {self.min_w} / {self.default_w} / {self.max_w}"
+            )
+        return self
+
+
+class StateConfig(_Section):
+    dir: str = "/var/lib/powerd"
+
+
+class FitConfig(_Section):
+    python: str = ""
+
+
+class Config(_Section):
+    server: ServerConfig = ServerConfig()
+    strategy: StrategyConfig = StrategyConfig()
+    device: DeviceConfig = DeviceConfig()
+    power: PowerConfig = PowerConfig()
+    profiling: ProfilingConfig = ProfilingConfig()
+    budget: BudgetConfig = BudgetConfig()
+    state: StateConfig = StateConfig()
+    fit: FitConfig = FitConfig()
+
+    @property
+    def state_dir(self) -> Path:
+        return Path(self.state.dir)
+
+
+class ConfigError(Exception):
+    """A config file that cannot be used. `errors` holds (key, message) pairs."""
+
+    def __init__(self, path: str, errors: list[tuple[str, str]]):
+        self.path = path
+        self.errors = errors
+        lines = "\n".join(f"  {key}: {msg}" for key, msg in errors)
+        super().__init__(f"invalid config {path}:\n{lines}")
+
+
+def _key_of(loc: tuple[int | str, ...]) -> str:
+    return ".".join(str(p) for p in loc) or "(top level)"
+
+
+def parse_config(data: dict, path: str = "<config>") -> Config:
+    try:
+        return Config.model_validate(data)
+    except ValidationError as exc:
+        errors = []
+        for err in exc.errors():
+            msg = err["msg"]
+            if err["type"] == "extra_forbidden":
+                msg = "unknown key"
+            errors.append((_key_of(err["loc"]), msg))
+        raise ConfigError(path, errors) from None
+
+
+def load_config(path: str | os.PathLike[str] | None) -> Config:
+    """Load a config file; a missing default file means all defaults."""
+    if path is None:
+        path = config_path_from_env()
+        if not Path(path).exists():
+            return Config()
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as exc:
+        raise ConfigError(str(p), [("(file)", exc.strerror or str(exc))]) from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(str(p), [("(syntax)", str(exc))]) from None
+    return parse_config(data, str(p))
+
+
+def config_path_from_env() -> str:
+    return os.environ.get("POWERD_CONFIG") or DEFAULT_CONFIG_PATH
+
+
+def dump_toml(cfg: Config) -> str:
+    """The effective config as TOML (for `powerd check-config`)."""
+    out = []
+    for section, model in cfg:
+        out.append(f"[{section}]")
+        for key, value in model:
+            out.append(f"{key} = {_toml_value(value)}")
+        out.append("")
+    return "\n".join(out)
+
+
+def _toml_value(v: object) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float)):
+        return repr(v)
+    if isinstance(v, list):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    s = str(v).replace("\\", "\\\\").replace('"', '\\"')
+    return f'"{s}"'
