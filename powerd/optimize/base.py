@@ -12,6 +12,8 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+import numpy as np
+
 from powerd.modes import PowerMode
 
 
@@ -57,6 +59,9 @@ class Strategy(ABC):
     def next_action(self, budget_w: float, samples: Mapping[PowerMode, Measurement]) -> Action:
         """The next step towards the fastest mode whose measured power is <= budget_w."""
 
+    def on_fitted(self, predictor: Predictor) -> None:  # noqa: B027 - optional hook
+        """Called by the server after it ran a Fit action off its loop."""
+
 
 def fits(m: Measurement, budget_w: float) -> bool:
     return (not m.aborted_over_budget) and m.power_w <= budget_w
@@ -74,3 +79,11 @@ def fallback_commit(samples: Mapping[PowerMode, Measurement], budget_w: float) -
         return Commit(best.mode)
     lowest = min(samples.values(), key=lambda m: m.power_w)
     return Commit(lowest.mode, feasible=False)
+
+
+class Predictor(ABC):
+    """A fitted time/power model of one workload over modes (implemented in powerd.predictor)."""
+
+    @abstractmethod
+    def predict(self, modes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """modes: int array (N, 4) of (cores, cpu_khz, gpu_hz, emc_hz) -> (time_ms, power_w)."""
