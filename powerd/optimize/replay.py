@@ -1,0 +1,452 @@
+"""Offline replay of a strategy against a measured trace: the fast inner loop for design and tests.
+
+The replay plays the profiler's part without hardware or a daemon: a `Measure(mode)` returns the
+trace row of that mode with measurement noise (and is cut short, `aborted_over_budget`, when the
+power is clearly above the budget, as the profiler does); a `Fit()` runs an injected fitter on the
+samples and hands the result to `Strategy.on_fitted`; a `Commit(mode)` ends the budget. A sweep of
+budgets shares one samples dict, as the daemon shares a workload's samples across `set_budget`
+calls and jobs. Each commit is judged against the brute-force best mode of the trace.
+
+Also here: stand-ins used until (and besides) the real predictor: `GridSpace` (the mode-space
+protocol the strategies need), `NoisyOracle` (a trace seen through systematic per-axis distortion),
+`TracePredictor` (another workload's trace as the reference model, as the bundled reference is a
+model of ResNet-18 on Orin AGX) and `RidgeFitter` (a last-layer-style transfer: ridge regression of
+log time and power on mode features plus the reference prediction).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from powerd.modes import FIELDS, PowerMode
+from powerd.optimize.base import Commit, Fit, Measure, Measurement, Predictor, Strategy, fits
+from powerd.sim.trace import Trace
+
+Fitter = Callable[[Mapping[PowerMode, Measurement]], Predictor]
+
+AGX_BUDGETS = tuple(float(b) for b in range(17, 51))
+NANO_BUDGETS = tuple(float(b) for b in range(8, 21))
+
+
+# --------------------------------------------------------------------------- mode space stand-in
+
+
+class GridSpace:
+    """The full grid of four ascending axes: the part of `ModeSpace` a strategy relies on."""
+
+    def __init__(
+        self,
+        cores: Sequence[int],
+        cpu_khz: Sequence[int],
+        gpu_hz: Sequence[int],
+        emc_hz: Sequence[int],
+    ):
+        self.cores = sorted({int(v) for v in cores})
+        self.cpu_khz = sorted({int(v) for v in cpu_khz})
+        self.gpu_hz = sorted({int(v) for v in gpu_hz})
+        self.emc_hz = sorted({int(v) for v in emc_hz})
+        if not all((self.cores, self.cpu_khz, self.gpu_hz, self.emc_hz)):
+            raise ValueError("every axis needs at least one value")
+
+    @classmethod
+    def from_trace(cls, trace: Trace) -> GridSpace:
+        return cls(*(trace.axis(f) for f in FIELDS))
+
+    @property
+    def size(self) -> int:
+        return len(self.cores) * len(self.cpu_khz) * len(self.gpu_hz) * len(self.emc_hz)
+
+    def as_array(self) -> np.ndarray:
+        grids = np.meshgrid(self.cores, self.cpu_khz, self.gpu_hz, self.emc_hz, indexing="ij")
+        return np.stack([g.ravel() for g in grids], axis=1).astype(np.int64)
+
+    def modes(self) -> list[PowerMode]:
+        return [PowerMode(*map(int, row)) for row in self.as_array()]
+
+    def max_mode(self) -> PowerMode:
+        return PowerMode(self.cores[-1], self.cpu_khz[-1], self.gpu_hz[-1], self.emc_hz[-1])
+
+    def min_mode(self) -> PowerMode:
+        return PowerMode(self.cores[0], self.cpu_khz[0], self.gpu_hz[0], self.emc_hz[0])
+
+    def contains(self, mode: PowerMode) -> bool:
+        return (
+            mode.cores in self.cores
+            and mode.cpu_khz in self.cpu_khz
+            and mode.gpu_hz in self.gpu_hz
+            and mode.emc_hz in self.emc_hz
+        )
+
+    def index(self, mode: PowerMode) -> int:
+        c, f, g, e = (
+            self.cores.index(mode.cores),
+            self.cpu_khz.index(mode.cpu_khz),
+            self.gpu_hz.index(mode.gpu_hz),
+            self.emc_hz.index(mode.emc_hz),
+        )
+        return ((c * len(self.cpu_khz) + f) * len(self.gpu_hz) + g) * len(self.emc_hz) + e
+
+
+# --------------------------------------------------------------------------- measuring
+
+
+def _unit_normals(key: str, n: int) -> np.ndarray:
+    """Deterministic standard normals from a string key (independent of call order)."""
+    seed = int.from_bytes(hashlib.blake2b(key.encode(), digest_size=8).digest(), "little")
+    return np.random.default_rng(seed).standard_normal(n)
+
+
+@dataclass
+class NoiseModel:
+    time_rel: float = 0.02  # relative sd of a measured step time
+    power_w: float = 0.2  # sd of a measured mean power
+    abort_margin_w: float = 1.0  # the profiler cuts a window short above budget + this
+    seed: int = 0
+
+
+class TraceMeasurer:
+    """Plays the profiler: measure a mode on the trace, with noise and early aborts."""
+
+    def __init__(self, trace: Trace, noise: NoiseModel | None = None):
+        self.trace = trace
+        self.noise = noise or NoiseModel()
+        self._count: dict[PowerMode, int] = {}
+
+    def measure(self, mode: PowerMode, budget_w: float) -> Measurement:
+        row = self.trace.lookup(mode)
+        k = self._count.get(mode, 0)
+        self._count[mode] = k + 1
+        z = _unit_normals(f"{self.noise.seed}/{self.trace.name}/{mode.as_tuple()}/{k}", 2)
+        time_ms = row.time_ms * math.exp(self.noise.time_rel * float(z[0]))
+        power_w = row.power_w + self.noise.power_w * float(z[1])
+        if power_w > budget_w + self.noise.abort_margin_w:
+            return Measurement(mode, math.nan, power_w, steps=1, aborted_over_budget=True)
+        return Measurement(mode, time_ms, power_w, steps=10)
+
+
+# --------------------------------------------------------------------------- predictor stand-ins
+
+
+def _axis_positions(modes: np.ndarray, axes: Sequence[Sequence[int]]) -> np.ndarray:
+    """Each mode's position along each axis, scaled to [-1, 1] (log-frequency, linear cores)."""
+    out = np.empty(modes.shape, dtype=float)
+    for j, ax in enumerate(axes):
+        v = modes[:, j].astype(float)
+        lo, hi = float(min(ax)), float(max(ax))
+        if j > 0:
+            v, lo, hi = np.log(v), math.log(lo), math.log(hi)
+        out[:, j] = 0.0 if hi <= lo else 2.0 * (v - lo) / (hi - lo) - 1.0
+    return out
+
+
+class TracePredictor(Predictor):
+    """A trace as a predictor (nearest traced mode): another workload's trace stands in for the
+    reference model; the workload's own trace is a perfect oracle."""
+
+    def __init__(self, trace: Trace):
+        self.trace = trace
+
+    def predict(self, modes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        rows = [self.trace.lookup(PowerMode(*map(int, m))) for m in np.asarray(modes)]
+        return np.array([r.time_ms for r in rows]), np.array([r.power_w for r in rows])
+
+
+class NoisyOracle(Predictor):
+    """The true trace seen through a systematic, smooth per-axis distortion plus per-mode jitter.
+
+    time and power are multiplied by exp(sum_a c_a * u_a + q_a * u_a^2 + b) where u_a is the
+    mode's position on axis a in [-1, 1]; the coefficients are drawn so that the typical error is
+    about `time_err` / `power_err`, and a per-mode jitter of `jitter` is added on top.
+    """
+
+    def __init__(
+        self,
+        trace: Trace,
+        time_err: float = 0.10,
+        power_err: float = 0.05,
+        jitter: float = 0.02,
+        seed: int = 0,
+    ):
+        self.trace = trace
+        self.axes = [trace.axis(f) for f in FIELDS]
+        self.jitter = jitter
+        self.seed = seed
+        rng = np.random.default_rng(seed)
+        self._time_coef = rng.uniform(-1.0, 1.0, size=9) * time_err * np.r_[np.ones(8) / 2, 1]
+        self._power_coef = rng.uniform(-1.0, 1.0, size=9) * power_err * np.r_[np.ones(8) / 2, 1]
+
+    def _log_factor(self, u: np.ndarray, coef: np.ndarray) -> np.ndarray:
+        return u @ coef[:4] + (u * u) @ coef[4:8] + coef[8]
+
+    def predict(self, modes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        modes = np.asarray(modes, dtype=np.int64).reshape(-1, 4)
+        rows = [self.trace.lookup(PowerMode(*map(int, m))) for m in modes]
+        t = np.array([r.time_ms for r in rows])
+        p = np.array([r.power_w for r in rows])
+        u = _axis_positions(modes, self.axes)
+        jt = np.array([_unit_normals(f"jit/{self.seed}/{tuple(m)}", 2) for m in modes]).reshape(
+            -1, 2
+        )
+        t = t * np.exp(self._log_factor(u, self._time_coef) + self.jitter * jt[:, 0])
+        p = p * np.exp(self._log_factor(u, self._power_coef) + self.jitter / 2 * jt[:, 1])
+        return t, p
+
+
+def mode_features(modes: np.ndarray, axes: Sequence[Sequence[int]]) -> np.ndarray:
+    """Quadratic features of the axis positions (with pairwise products) and a constant."""
+    u = _axis_positions(np.asarray(modes, dtype=np.int64).reshape(-1, 4), axes)
+    cols = [np.ones(len(u))] + [u[:, j] for j in range(4)] + [u[:, j] ** 2 for j in range(4)]
+    cols += [u[:, i] * u[:, j] for i in range(4) for j in range(i + 1, 4)]
+    return np.stack(cols, axis=1)
+
+
+class _Corrected(Predictor):
+    def __init__(self, reference: Predictor, axes, wt: np.ndarray, wp: np.ndarray):
+        self.reference, self.axes, self.wt, self.wp = reference, axes, wt, wp
+
+    def predict(self, modes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        modes = np.asarray(modes, dtype=np.int64).reshape(-1, 4)
+        t0, p0 = self.reference.predict(modes)
+        x = mode_features(modes, self.axes)
+        xt = np.column_stack([x, np.log(np.maximum(t0, 1e-9))])
+        xp = np.column_stack([x, p0])
+        return np.exp(xt @ self.wt), xp @ self.wp
+
+
+class RidgeFitter:
+    """Transfer the reference to a workload: ridge regression of log time on (features, log ref
+    time) and of power on (features, ref power); with few samples the ridge keeps it near the
+    reference (the prior is "reference prediction, coefficient 1")."""
+
+    def __init__(self, reference: Predictor, axes: Sequence[Sequence[int]], alpha: float = 1.0):
+        self.reference = reference
+        self.axes = [list(a) for a in axes]
+        self.alpha = alpha
+
+    def __call__(self, samples: Mapping[PowerMode, Measurement]) -> Predictor:
+        usable = [m for m in samples.values() if math.isfinite(m.time_ms)]
+        powered = [m for m in samples.values() if math.isfinite(m.power_w)]
+        modes_t = np.array([m.mode.as_tuple() for m in usable], dtype=np.int64).reshape(-1, 4)
+        modes_p = np.array([m.mode.as_tuple() for m in powered], dtype=np.int64).reshape(-1, 4)
+        wt = self._solve(modes_t, np.log([m.time_ms for m in usable]), log_ref=True)
+        wp = self._solve(modes_p, np.array([m.power_w for m in powered]), log_ref=False)
+        return _Corrected(self.reference, self.axes, wt, wp)
+
+    def _solve(self, modes: np.ndarray, y: np.ndarray, log_ref: bool) -> np.ndarray:
+        nfeat = mode_features(np.zeros((0, 4), dtype=np.int64), self.axes).shape[1] + 1
+        prior = np.zeros(nfeat)
+        prior[-1] = 1.0  # "the reference is right"
+        if len(modes) == 0:
+            return prior
+        t0, p0 = self.reference.predict(modes)
+        ref = np.log(np.maximum(t0, 1e-9)) if log_ref else p0
+        x = np.column_stack([mode_features(modes, self.axes), ref])
+        # Shrink towards the prior; the constant is free (an offset costs nothing).
+        reg = self.alpha * np.eye(nfeat)
+        reg[0, 0] = 1e-6
+        a = x.T @ x + reg
+        b = x.T @ y + reg @ prior
+        return np.linalg.solve(a, b)
+
+
+# --------------------------------------------------------------------------- replay
+
+
+@dataclass
+class BudgetResult:
+    budget_w: float
+    mode: PowerMode
+    feasible: bool  # the strategy's claim (Commit.feasible)
+    time_ms: float  # true (trace) values of the committed mode
+    power_w: float
+    best_mode: PowerMode | None  # brute-force best of the trace within the budget
+    best_time_ms: float
+    best_power_w: float
+    penalty: float  # time_ms / best_time_ms - 1 (nan when nothing fits the budget)
+    overshoot_w: float  # max(0, true power - budget)
+    new_probes: int  # Measure actions issued for this budget
+    probes_over: int  # of which the true power was above the budget
+    aborted: int  # of which the profiler aborted the window
+    fits_run: int
+    measured_fits: bool  # the committed mode's sample fits the budget (the daemon's check)
+
+
+@dataclass
+class SweepResult:
+    strategy: str
+    trace: str
+    rows: list[BudgetResult] = field(default_factory=list)
+    distinct_modes: int = 0
+
+    def _judged(self) -> list[BudgetResult]:
+        return [r for r in self.rows if r.best_mode is not None]
+
+    @property
+    def median_penalty(self) -> float:
+        p = [r.penalty for r in self._judged()]
+        return float(np.median(p)) if p else math.nan
+
+    @property
+    def mean_penalty(self) -> float:
+        p = [r.penalty for r in self._judged()]
+        return float(np.mean(p)) if p else math.nan
+
+    @property
+    def p90_penalty(self) -> float:
+        p = [r.penalty for r in self._judged()]
+        return float(np.percentile(p, 90)) if p else math.nan
+
+    @property
+    def share_over(self) -> float:
+        """Share of budgets whose committed mode's true power exceeds the budget by > 0.5 W."""
+        judged = self._judged()
+        return sum(r.overshoot_w > 0.5 for r in judged) / len(judged) if judged else math.nan
+
+    @property
+    def probes_per_budget(self) -> float:
+        return float(np.mean([r.new_probes for r in self.rows])) if self.rows else math.nan
+
+    @property
+    def probes_over_budget(self) -> int:
+        return sum(r.probes_over for r in self.rows)
+
+    @property
+    def false_commits(self) -> int:
+        """Commits claimed feasible whose measurement did not fit (must be 0)."""
+        return sum(r.feasible and not r.measured_fits for r in self.rows)
+
+    def summary(self) -> dict[str, float]:
+        return {
+            "median_penalty": self.median_penalty,
+            "mean_penalty": self.mean_penalty,
+            "p90_penalty": self.p90_penalty,
+            "share_over_0.5W": self.share_over,
+            "distinct_modes": float(self.distinct_modes),
+            "probes_per_budget": self.probes_per_budget,
+            "probes_over_budget": float(self.probes_over_budget),
+            "false_commits": float(self.false_commits),
+        }
+
+
+class ReplayError(RuntimeError):
+    pass
+
+
+def solve_budget(
+    strategy: Strategy,
+    budget_w: float,
+    samples: dict[PowerMode, Measurement],
+    measurer: TraceMeasurer,
+    fitter: Fitter | None = None,
+    max_actions: int = 400,
+) -> tuple[Commit, dict[str, int]]:
+    """Drive one budget to its Commit, as the daemon's profiler would. Mutates `samples`."""
+    stats = {"probes": 0, "over": 0, "aborted": 0, "fits": 0}
+    true_power = measurer.trace.lookup
+    for _ in range(max_actions):
+        action = strategy.next_action(budget_w, samples)
+        if isinstance(action, Commit):
+            return action, stats
+        if isinstance(action, Measure):
+            m = measurer.measure(action.mode, budget_w)
+            samples[action.mode] = m
+            stats["probes"] += 1
+            stats["over"] += true_power(action.mode).power_w > budget_w
+            stats["aborted"] += m.aborted_over_budget
+        elif isinstance(action, Fit):
+            if fitter is None:
+                raise ReplayError(f"{strategy.name} asked for a Fit but no fitter was given")
+            strategy.on_fitted(fitter(dict(samples)))
+            stats["fits"] += 1
+        else:  # pragma: no cover - defensive
+            raise ReplayError(f"unknown action {action!r}")
+    raise ReplayError(f"{strategy.name}: no Commit after {max_actions} actions at {budget_w} W")
+
+
+def replay_sweep(
+    strategy: Strategy,
+    trace: Trace,
+    budgets: Iterable[float],
+    fitter: Fitter | None = None,
+    noise: NoiseModel | None = None,
+    samples: dict[PowerMode, Measurement] | None = None,
+    share_samples: bool = True,
+) -> SweepResult:
+    """Solve every budget in order; samples are shared across budgets unless share_samples=False
+    (then each budget starts from `samples` or empty, and the strategy is asked afresh)."""
+    measurer = TraceMeasurer(trace, noise)
+    base = dict(samples or {})
+    shared = dict(base)
+    result = SweepResult(strategy.name, trace.name)
+    seen: set[PowerMode] = set(base)
+    for b in budgets:
+        s = shared if share_samples else dict(base)
+        commit, stats = solve_budget(strategy, b, s, measurer, fitter)
+        seen.update(s)
+        row = trace.lookup(commit.mode)
+        best = trace.best_under(b)
+        sample = s.get(commit.mode)
+        result.rows.append(
+            BudgetResult(
+                budget_w=b,
+                mode=commit.mode,
+                feasible=commit.feasible,
+                time_ms=row.time_ms,
+                power_w=row.power_w,
+                best_mode=best.mode if best else None,
+                best_time_ms=best.time_ms if best else math.nan,
+                best_power_w=best.power_w if best else math.nan,
+                penalty=row.time_ms / best.time_ms - 1.0 if best else math.nan,
+                overshoot_w=max(0.0, row.power_w - b),
+                new_probes=stats["probes"],
+                probes_over=stats["over"],
+                aborted=stats["aborted"],
+                fits_run=stats["fits"],
+                measured_fits=sample is not None and fits(sample, b),
+            )
+        )
+    result.distinct_modes = len(seen - set(base)) if share_samples else len(seen - set(base))
+    return result
+
+
+def default_budgets(trace: Trace) -> tuple[float, ...]:
+    """The sweep used for a board: Orin Nano-class (max power < 30 W) 8..20 W, else 17..50 W."""
+    return NANO_BUDGETS if float(trace.power_w.max()) < 30.0 else AGX_BUDGETS
+
+
+def format_table(result: SweepResult, per_budget: bool = True) -> str:
+    lines = [f"== {result.strategy} on {result.trace}"]
+    if per_budget:
+        lines.append(
+            f"{'budget':>6} {'chosen mode':<22} {'t_ms':>8} {'P_W':>6} "
+            f"{'best mode':<22} {'best_t':>8} {'best_P':>6} {'pen%':>6} {'over':>5} "
+            f"{'probes':>6} {'>B':>3} {'fits':>4}"
+        )
+        for r in result.rows:
+            best = _short(r.best_mode) if r.best_mode else "-"
+            lines.append(
+                f"{r.budget_w:6.1f} {_short(r.mode):<22} {r.time_ms:8.1f} {r.power_w:6.2f} "
+                f"{best:<22} {r.best_time_ms:8.1f} {r.best_power_w:6.2f} "
+                f"{100 * r.penalty:6.1f} {r.overshoot_w:5.2f} {r.new_probes:6d} "
+                f"{r.probes_over:3d} {r.fits_run:4d}" + ("" if r.feasible else "  infeasible")
+            )
+    s = result.summary()
+    lines.append(
+        f"median penalty {100 * s['median_penalty']:.1f}%  mean {100 * s['mean_penalty']:.1f}%  "
+        f"p90 {100 * s['p90_penalty']:.1f}%  over>0.5W {100 * s['share_over_0.5W']:.1f}%  "
+        f"distinct modes {int(s['distinct_modes'])}  probes/budget {s['probes_per_budget']:.1f}  "
+        f"over-budget probes {int(s['probes_over_budget'])}  false commits "
+        f"{int(s['false_commits'])}"
+    )
+    return "\n".join(lines)
+
+
+def _short(mode: PowerMode) -> str:
+    return (
+        f"{mode.cores}/{mode.cpu_khz // 1000}/{mode.gpu_hz // 1_000_000}/{mode.emc_hz // 1_000_000}"
+    )

@@ -1,0 +1,196 @@
+"""Torch side of the predictor: the MLP definition (shared with tools/train_reference.py) and
+the fine-tuning worker the daemon runs in a subprocess.
+
+    python -m powerd.predictor.finetune_worker IN.npz OUT_DIR
+
+IN.npz holds ``modes`` (k, 4) int64, ``time_ms`` (k,), ``power_w`` (k,) (NaN = not
+measured), ``model_dir`` (the reference model dir) and ``options`` (a JSON string, see
+:data:`DEFAULT_OPTIONS`). The worker fine-tunes the last layer(s) of the reference torch
+weights on the samples, exports ``OUT_DIR/predictor.onnx`` (modes -> time_ms, power_w)
+with powerd's own ONNX builder, and writes ``OUT_DIR/fitted.json``.
+
+Exit codes: 0 done; 3 torch is not importable by this interpreter (the caller falls back
+to the numpy ridge refit); 2 bad input; anything else: a failure worth logging.
+
+torch is imported lazily so that a missing torch is reported as exit code 3, not as a
+traceback, and so that importing this module for its constants never needs torch.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
+
+EXIT_NO_TORCH = 3
+EXIT_BAD_INPUT = 2
+
+DEFAULT_OPTIONS: dict[str, Any] = {
+    "layers": 1,  # trailing Linear layers to train (1 = the published "last dense layer")
+    "steps": 500,  # full-batch Adam steps (k <= a few hundred samples)
+    "lr": 1e-3,
+    "weight_decay": 0.0,
+    "seed": 0,
+}
+
+
+def build_mlp(n_in: int, hidden: list[int], dropout: list[float]) -> torch.nn.Sequential:
+    """Linear-ReLU[-Dropout] x len(hidden), then Linear(., 1). Dropout after each hidden layer
+    whose rate is listed (the published net: after the first two)."""
+    import torch.nn as nn
+
+    mods: list[nn.Module] = []
+    prev = n_in
+    for i, width in enumerate(hidden):
+        mods += [nn.Linear(prev, width), nn.ReLU()]
+        if i < len(dropout):
+            mods.append(nn.Dropout(dropout[i]))
+        prev = width
+    mods.append(nn.Linear(prev, 1))
+    return nn.Sequential(*mods)
+
+
+def linear_layers(net: torch.nn.Sequential) -> list[torch.nn.Linear]:
+    import torch.nn as nn
+
+    return [m for m in net if isinstance(m, nn.Linear)]
+
+
+def to_weights(net: torch.nn.Sequential, scaler: dict[str, Any]):
+    """torch net + one model's scaler entry -> :class:`MLPWeights` for the ONNX builder."""
+    from powerd.predictor.onnx_graph import MLPWeights
+
+    layers = [
+        (lin.weight.detach().cpu().numpy().T.copy(), lin.bias.detach().cpu().numpy().copy())
+        for lin in linear_layers(net)
+    ]
+    return MLPWeights(
+        exps=np.asarray(scaler["exps"], dtype=np.int64),
+        x_mean=np.asarray(scaler["x_mean"], dtype=np.float64),
+        x_std=np.asarray(scaler["x_std"], dtype=np.float64),
+        layers=layers,
+        y_mean=float(scaler["y_mean"]),
+        y_std=float(scaler["y_std"]),
+    )
+
+
+def load_reference_nets(model_dir: Path) -> tuple[dict, dict[str, torch.nn.Sequential]]:
+    """(scaler.json, {"time": net, "power": net}) from the reference model dir."""
+    import torch
+
+    meta = json.loads((model_dir / "scaler.json").read_text())
+    arch = meta["architecture"]
+    nets = {}
+    for name in ("time", "power"):
+        net = build_mlp(len(meta["models"][name]["exps"]), arch["hidden"], arch["dropout"])
+        state = torch.load(model_dir / f"{name}.pt", map_location="cpu", weights_only=True)
+        net.load_state_dict(state)
+        net.eval()
+        nets[name] = net
+    return meta, nets
+
+
+def _target(name: str, entry: dict, time_ms: np.ndarray, power_w: np.ndarray) -> np.ndarray:
+    if name == "time":
+        y = np.log(time_ms)
+    elif entry.get("target") == "log_power_w":
+        y = np.log(power_w)
+    else:
+        y = power_w
+    return (y - entry["y_mean"]) / entry["y_std"]
+
+
+def finetune(
+    model_dir: Path,
+    modes: np.ndarray,
+    time_ms: np.ndarray,
+    power_w: np.ndarray,
+    options: dict[str, Any] | None = None,
+) -> tuple[Any, dict[str, Any]]:
+    """Fine-tune both nets' trailing layers; return (fitted ONNX ModelProto, stats)."""
+    import torch
+
+    from powerd.predictor.features import mode_features
+    from powerd.predictor.onnx_graph import Head, fitted_model
+
+    opts = {**DEFAULT_OPTIONS, **(options or {})}
+    t0 = time.perf_counter()
+    torch.manual_seed(int(opts["seed"]))
+    meta, nets = load_reference_nets(model_dir)
+    stats: dict[str, Any] = {"options": opts}
+    weights = {}
+    for name, net in nets.items():
+        entry = meta["models"][name]
+        ok = np.isfinite(time_ms if name == "time" else power_w)
+        ok &= (time_ms > 0) if name == "time" else np.isfinite(power_w)
+        stats[f"n_{name}"] = int(ok.sum())
+        if ok.sum() >= 1:
+            feats = mode_features(modes[ok], entry["exps"])
+            x = torch.tensor((feats - entry["x_mean"]) / entry["x_std"], dtype=torch.float32)
+            y = torch.tensor(_target(name, entry, time_ms[ok], power_w[ok]), dtype=torch.float32)
+            for p in net.parameters():
+                p.requires_grad_(False)
+            params = []
+            for lin in linear_layers(net)[-int(opts["layers"]):]:
+                for p in lin.parameters():
+                    p.requires_grad_(True)
+                    params.append(p)
+            opt = torch.optim.Adam(params, lr=float(opts["lr"]),
+                                   weight_decay=float(opts["weight_decay"]))
+            net.eval()  # dropout off: k samples are too few to regularise by noise
+            for _ in range(int(opts["steps"])):
+                opt.zero_grad()
+                loss = torch.mean((net(x)[:, 0] - y) ** 2)
+                loss.backward()
+                opt.step()
+        weights[name] = to_weights(net, entry)
+    power_out = "exp" if meta["models"]["power"].get("target") == "log_power_w" else "identity"
+    model = fitted_model(
+        weights["time"],
+        weights["power"],
+        Head(out_transform="exp"),
+        Head(out_transform=power_out),
+        {"method": "torch-finetune", "reference": str(meta.get("model_id", ""))},
+    )
+    stats["seconds"] = time.perf_counter() - t0
+    return model, stats
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 2:
+        print("usage: python -m powerd.predictor.finetune_worker IN.npz OUT_DIR", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    try:
+        import torch  # noqa: F401
+    except ImportError as e:
+        print(f"torch not importable by {sys.executable}: {e}", file=sys.stderr)
+        return EXIT_NO_TORCH
+    try:
+        torch.set_num_threads(1)
+        with np.load(args[0], allow_pickle=False) as z:
+            modes = z["modes"].astype(np.int64)
+            time_ms = z["time_ms"].astype(np.float64)
+            power_w = z["power_w"].astype(np.float64)
+            model_dir = Path(str(z["model_dir"]))
+            options = json.loads(str(z["options"])) if "options" in z else {}
+    except (OSError, KeyError, ValueError) as e:
+        print(f"bad input {args[0]}: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    model, stats = finetune(model_dir, modes, time_ms, power_w, options)
+    out = Path(args[1])
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "predictor.onnx").write_bytes(model.SerializeToString())
+    (out / "worker.json").write_text(json.dumps(stats, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

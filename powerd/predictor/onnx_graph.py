@@ -1,0 +1,265 @@
+"""Build the predictor's ONNX graphs from numpy weights, with ``onnx.helper`` only.
+
+One builder serves the reference models (tools/train_reference.py), the ridge-refit
+predictors (transfer.py) and the torch fine-tuning worker, so every exported model has
+the same structure and none of them needs torch's exporter (which, in recent torch, also
+needs onnxscript). Graphs take the raw modes (N, 4) int64 as input and compute the
+features of :mod:`powerd.predictor.features` themselves, so a persisted model stays valid
+whatever later releases do to the Python side.
+
+Opset 17 / IR version 8: loadable by every onnxruntime >= 1.14, i.e. by what JetPack 5
+and 6 ship, not only by the newest wheel.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from powerd.predictor.features import UNIT_SCALE, mode_features
+
+OPSET = 17
+IR_VERSION = 8
+MODES_INPUT = "modes"
+# Clamp for a reference power prediction before a log head; a power model that extrapolates
+# below this on some exotic mode must not turn into NaN.
+LOG_FLOOR = 1e-3
+
+
+def _f32(a: np.ndarray | float | list[float]) -> np.ndarray:
+    return np.asarray(a, dtype=np.float32)
+
+
+@dataclass
+class MLPWeights:
+    """A standardised-input MLP: features -> (x-mean)/std -> [Gemm, Relu]* -> Gemm -> y*s+m.
+
+    ``layers[i] = (W (in, out), b (out,))``. ``y`` is in target space (log ms for the time
+    model, W for the power model); ``h`` is the penultimate (post-ReLU) activation.
+    """
+
+    exps: np.ndarray
+    x_mean: np.ndarray
+    x_std: np.ndarray
+    layers: list[tuple[np.ndarray, np.ndarray]]
+    y_mean: float
+    y_std: float
+
+    @property
+    def embed_dim(self) -> int:
+        return int(self.layers[-1][0].shape[0])
+
+    def forward_features(self, feats: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """numpy forward (float64) from features: (y (N,), h (N, D)). For checks and tests."""
+        x = (np.asarray(feats, dtype=np.float64) - self.x_mean) / self.x_std
+        for w, b in self.layers[:-1]:
+            x = np.maximum(x @ w.astype(np.float64) + b, 0.0)
+        w, b = self.layers[-1]
+        y = (x @ w.astype(np.float64) + b)[:, 0] * self.y_std + self.y_mean
+        return y, x
+
+    def forward(self, modes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return self.forward_features(mode_features(modes, self.exps))
+
+    def nodes(self, prefix: str, feats: str) -> tuple[list, list, str, str]:
+        """Nodes + initializers computing (y (N,), h (N, D)) from the features tensor."""
+        nodes: list = []
+        inits = [
+            numpy_helper.from_array(_f32(self.x_mean), f"{prefix}x_mean"),
+            numpy_helper.from_array(_f32(self.x_std), f"{prefix}x_std"),
+            numpy_helper.from_array(_f32([self.y_std]), f"{prefix}y_std"),
+            numpy_helper.from_array(_f32([self.y_mean]), f"{prefix}y_mean"),
+        ]
+        nodes.append(helper.make_node("Sub", [feats, f"{prefix}x_mean"], [f"{prefix}xc"]))
+        nodes.append(helper.make_node("Div", [f"{prefix}xc", f"{prefix}x_std"], [f"{prefix}a_in"]))
+        x = f"{prefix}a_in"
+        for i, (w, b) in enumerate(self.layers):
+            inits.append(numpy_helper.from_array(_f32(w), f"{prefix}W{i}"))
+            inits.append(numpy_helper.from_array(_f32(b), f"{prefix}b{i}"))
+            z = f"{prefix}z{i}"
+            nodes.append(helper.make_node("Gemm", [x, f"{prefix}W{i}", f"{prefix}b{i}"], [z]))
+            if i < len(self.layers) - 1:
+                x = f"{prefix}a{i}"
+                nodes.append(helper.make_node("Relu", [z], [x]))
+        h = x
+        last = f"{prefix}z{len(self.layers) - 1}"
+        nodes.append(helper.make_node("Mul", [last, f"{prefix}y_std"], [f"{prefix}ys"]))
+        nodes.append(helper.make_node("Add", [f"{prefix}ys", f"{prefix}y_mean"], [f"{prefix}y2"]))
+        inits.append(numpy_helper.from_array(np.array([-1], dtype=np.int64), f"{prefix}flat"))
+        nodes.append(helper.make_node("Reshape", [f"{prefix}y2", f"{prefix}flat"], [f"{prefix}y"]))
+        return nodes, inits, f"{prefix}y", h
+
+    @classmethod
+    def from_onnx(cls, model: onnx.ModelProto, prefix: str = "") -> MLPWeights:
+        """Recover the weights from a graph built by :meth:`nodes` (reference models)."""
+        init = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+        try:
+            layers = []
+            i = 0
+            while f"{prefix}W{i}" in init:
+                layers.append((init[f"{prefix}W{i}"], init[f"{prefix}b{i}"]))
+                i += 1
+            if not layers:
+                raise KeyError(f"{prefix}W0")
+            return cls(
+                exps=init[f"{prefix}exps"].astype(np.int64),
+                x_mean=init[f"{prefix}x_mean"].astype(np.float64),
+                x_std=init[f"{prefix}x_std"].astype(np.float64),
+                layers=layers,
+                y_mean=float(init[f"{prefix}y_mean"][0]),
+                y_std=float(init[f"{prefix}y_std"][0]),
+            )
+        except KeyError as e:
+            raise ValueError(f"not a powerd MLP graph (missing initializer {e})") from None
+
+
+def feature_nodes(prefix: str, exps: np.ndarray) -> tuple[list, list, str]:
+    """modes int64 (N, 4) -> features float32 (N, F) = exp(log(modes * unit) @ E.T)."""
+    exps = np.asarray(exps, dtype=np.int64)
+    inits = [
+        numpy_helper.from_array(_f32(UNIT_SCALE), f"{prefix}unit"),
+        numpy_helper.from_array(_f32(exps.T), f"{prefix}expsT"),
+        # Also kept as int64 so the exponent matrix can be read back exactly.
+        numpy_helper.from_array(exps, f"{prefix}exps"),
+    ]
+    nodes = [
+        helper.make_node("Cast", [MODES_INPUT], [f"{prefix}mf"], to=TensorProto.FLOAT),
+        helper.make_node("Mul", [f"{prefix}mf", f"{prefix}unit"], [f"{prefix}base"]),
+        helper.make_node("Log", [f"{prefix}base"], [f"{prefix}logb"]),
+        helper.make_node("MatMul", [f"{prefix}logb", f"{prefix}expsT"], [f"{prefix}logf"]),
+        helper.make_node("Exp", [f"{prefix}logf"], [f"{prefix}feats"]),
+    ]
+    return nodes, inits, f"{prefix}feats"
+
+
+@dataclass
+class Head:
+    """A refit last layer on top of a reference MLP.
+
+    ``out = g(intercept + coef_ref * r(y) + h @ w)`` with ``r`` = identity or log (the
+    reference's own prediction as an input) and ``g`` = identity or exp (the target space:
+    log step time, or power in W / log W).
+    """
+
+    intercept: float = 0.0
+    coef_ref: float = 1.0
+    w: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    ref_transform: str = "identity"  # or "log"
+    out_transform: str = "identity"  # or "exp"
+
+    def __post_init__(self) -> None:
+        for name, v in (("ref_transform", self.ref_transform), ("out", self.out_transform)):
+            if v not in ("identity", "log", "exp"):
+                raise ValueError(f"bad head {name}: {v!r}")
+
+    def ref_input(self, y: np.ndarray) -> np.ndarray:
+        y = np.asarray(y, dtype=np.float64)
+        return np.log(np.maximum(y, LOG_FLOOR)) if self.ref_transform == "log" else y
+
+    def linear(self, y: np.ndarray, h: np.ndarray) -> np.ndarray:
+        z = self.intercept + self.coef_ref * self.ref_input(y)
+        if self.w.size:
+            z = z + np.asarray(h, dtype=np.float64) @ self.w
+        return z
+
+    def apply(self, y: np.ndarray, h: np.ndarray) -> np.ndarray:
+        z = self.linear(y, h)
+        return np.exp(z) if self.out_transform == "exp" else z
+
+    def nodes(self, prefix: str, y: str, h: str, out: str) -> tuple[list, list]:
+        nodes: list = []
+        inits = [
+            numpy_helper.from_array(_f32([self.intercept]), f"{prefix}a"),
+            numpy_helper.from_array(_f32([self.coef_ref]), f"{prefix}b"),
+        ]
+        r = y
+        if self.ref_transform == "log":
+            inits.append(numpy_helper.from_array(_f32([LOG_FLOOR]), f"{prefix}floor"))
+            nodes.append(helper.make_node("Max", [y, f"{prefix}floor"], [f"{prefix}yc"]))
+            nodes.append(helper.make_node("Log", [f"{prefix}yc"], [f"{prefix}r"]))
+            r = f"{prefix}r"
+        nodes.append(helper.make_node("Mul", [r, f"{prefix}b"], [f"{prefix}br"]))
+        nodes.append(helper.make_node("Add", [f"{prefix}br", f"{prefix}a"], [f"{prefix}z0"]))
+        z = f"{prefix}z0"
+        if self.w.size:
+            inits.append(numpy_helper.from_array(_f32(self.w), f"{prefix}w"))
+            nodes.append(helper.make_node("MatMul", [h, f"{prefix}w"], [f"{prefix}hw"]))
+            nodes.append(helper.make_node("Add", [z, f"{prefix}hw"], [f"{prefix}z1"]))
+            z = f"{prefix}z1"
+        op = "Exp" if self.out_transform == "exp" else "Identity"
+        nodes.append(helper.make_node(op, [z], [out]))
+        return nodes, inits
+
+
+def _model(nodes: list, inits: list, outputs: list, doc: str, meta: dict[str, str]):
+    graph = helper.make_graph(
+        nodes,
+        "powerd",
+        [helper.make_tensor_value_info(MODES_INPUT, TensorProto.INT64, ["N", 4])],
+        outputs,
+        inits,
+    )
+    model = helper.make_model(
+        graph,
+        opset_imports=[helper.make_opsetid("", OPSET)],
+        ir_version=IR_VERSION,
+        producer_name="powerd",
+        doc_string=doc,
+    )
+    for k, v in meta.items():
+        model.metadata_props.append(onnx.StringStringEntryProto(key=k, value=str(v)))
+    onnx.checker.check_model(model)
+    return model
+
+
+def reference_model(mlp: MLPWeights, target: str, meta: dict[str, str]) -> onnx.ModelProto:
+    """A reference model: modes -> ``y`` (N,) in target space and ``h`` (N, D) penultimate."""
+    fn, fi, feats = feature_nodes("", mlp.exps)
+    mn, mi, y, h = mlp.nodes("", feats)
+    nodes = fn + mn + [helper.make_node("Identity", [h], ["h"])]
+    if y != "y":
+        nodes.append(helper.make_node("Identity", [y], ["y"]))
+    outputs = [
+        helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N"]),
+        helper.make_tensor_value_info("h", TensorProto.FLOAT, ["N", mlp.embed_dim]),
+    ]
+    doc = f"powerd reference predictor: modes (cores, cpu_khz, gpu_hz, emc_hz) -> {target}"
+    return _model(nodes, fi + mi, outputs, doc, {"target": target, **meta})
+
+
+def fitted_model(
+    time_mlp: MLPWeights,
+    power_mlp: MLPWeights,
+    time_head: Head,
+    power_head: Head,
+    meta: dict[str, str],
+) -> onnx.ModelProto:
+    """A workload's fitted predictor: modes -> ``time_ms`` (N,), ``power_w`` (N,)."""
+    nodes: list = []
+    inits: list = []
+    feats = {}
+    # The two MLPs usually share one feature set: compute it once.
+    for key, mlp in (("t_", time_mlp), ("p_", power_mlp)):
+        k = mlp.exps.tobytes()
+        if k not in feats:
+            fn, fi, f = feature_nodes(key + "f_", mlp.exps)
+            nodes += fn
+            inits += fi
+            feats[k] = f
+    for key, mlp, head, out in (
+        ("t_", time_mlp, time_head, "time_ms"),
+        ("p_", power_mlp, power_head, "power_w"),
+    ):
+        mn, mi, y, h = mlp.nodes(key, feats[mlp.exps.tobytes()])
+        hn, hi = head.nodes(key + "head_", y, h, out)
+        nodes += mn + hn
+        inits += mi + hi
+    outputs = [
+        helper.make_tensor_value_info("time_ms", TensorProto.FLOAT, ["N"]),
+        helper.make_tensor_value_info("power_w", TensorProto.FLOAT, ["N"]),
+    ]
+    doc = "powerd fitted predictor: modes (cores, cpu_khz, gpu_hz, emc_hz) -> time_ms, power_w"
+    return _model(nodes, inits, outputs, doc, meta)

@@ -1,0 +1,139 @@
+"""Measuring one power mode on a job's own steps.
+
+After a switch the board needs time to settle (power rails, clocks, the step in flight),
+so nothing counts for `settle_s`. Then a window collects step times and power samples
+until it has both `min_steps` steps and `window_s` seconds (fast modes get more steps).
+A pause in stepping cancels the window and starts a new one (Zeus-style: a window is
+discarded, never corrupted). Power clearly above the budget ends the window early, since
+profiling must not hold the board over budget for a whole window.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from powerd.modes import PowerMode
+from powerd.optimize.base import Measurement
+
+PowerSamples = Callable[[float, float], Sequence[tuple[float, float]]]
+
+
+@dataclass(frozen=True)
+class WindowSpec:
+    settle_s: float
+    window_s: float
+    min_steps: int
+    abort_margin_w: float = 1.0  # over budget by more than this: stop measuring early
+    min_abort_samples: int = 3
+    pause_factor: float = 8.0  # a gap this many median steps long is a pause
+    min_pause_s: float = 1.0
+
+
+@dataclass
+class ModeWindow:
+    mode: PowerMode
+    spec: WindowSpec
+    budget_w: float
+    t_switch: float
+    training: bool = True
+    state: str = "settling"  # settling -> measuring -> done
+    window_start: float = math.nan
+    cancelled: int = 0
+    _anchor: float | None = None  # last step before the window (its end starts the window's first step)
+    _intervals: list[float] = field(default_factory=list)
+    _last_step: float | None = None
+
+    def add_steps(self, ends: Sequence[float], durations: Sequence[float] = ()) -> None:
+        if self.state == "done":
+            return
+        for i, t in enumerate(ends):
+            if t < self.t_switch:
+                continue  # the step in flight during the switch belongs to the old mode
+            if self.state == "settling" or t < self.window_start:
+                self._anchor = t
+                self._last_step = t
+                continue
+            if durations:
+                self._intervals.append(durations[i] * 1000.0)
+            elif self._anchor is not None:
+                self._intervals.append((t - self._anchor) * 1000.0)
+            self._anchor = t
+            self._last_step = t
+
+    def poll(self, now: float, power: PowerSamples) -> Measurement | None:
+        """Advance the window; the finished Measurement once there is one."""
+        if self.state == "done":
+            return None
+        if self.state == "settling":
+            if now - self.t_switch < self.spec.settle_s:
+                return None
+            self._start_window(now)
+            return None
+        if self._paused(now):
+            self.cancelled += 1
+            self._start_window(now)
+            return None
+        samples = power(self.window_start, now)
+        watts = [w for _, w in samples]
+        if len(watts) >= self.spec.min_abort_samples:
+            mean_w = statistics.fmean(watts)
+            if mean_w > self.budget_w + self.spec.abort_margin_w:
+                return self._finish(mean_w, aborted=True)
+        if len(self._intervals) >= self.spec.min_steps and now - self.window_start >= self.spec.window_s:
+            if not watts:
+                return None  # the sampler is behind; wait for a reading
+            return self._finish(statistics.fmean(watts), aborted=False)
+        return None
+
+    def _start_window(self, now: float) -> None:
+        self.state = "measuring"
+        self.window_start = now
+        self._intervals = []
+        # steps that end after `now` are timed from the last step before it
+        self._anchor = self._last_step if self._last_step is not None and self.training else None
+        if self._anchor is not None and self._anchor < self.t_switch:
+            self._anchor = None
+
+    def _paused(self, now: float) -> bool:
+        last = self._last_step if self._last_step is not None else self.window_start
+        last = max(last, self.window_start)
+        typical = statistics.median(self._intervals) / 1000.0 if self._intervals else 0.0
+        limit = max(self.spec.min_pause_s, self.spec.pause_factor * typical)
+        return now - last > limit
+
+    def _finish(self, power_w: float, aborted: bool) -> Measurement:
+        self.state = "done"
+        t = statistics.median(self._intervals) if self._intervals else math.nan
+        return Measurement(self.mode, t, power_w, len(self._intervals), aborted)
+
+
+@dataclass
+class ProfilingCost:
+    """What profiling a workload cost: reported in status and by the benchmarks."""
+
+    modes_measured: int = 0
+    seconds: float = 0.0
+    seconds_above_budget: float = 0.0  # power samples above the budget
+    seconds_above_budget_1w: float = 0.0  # ... above the budget + 1 W
+
+    def account(self, samples: Sequence[tuple[float, float]], budget_w: float) -> None:
+        for (t0, w), (t1, _) in zip(samples, samples[1:]):
+            dt = t1 - t0
+            self.seconds += dt
+            if w > budget_w:
+                self.seconds_above_budget += dt
+            if w > budget_w + 1.0:
+                self.seconds_above_budget_1w += dt
+
+    def as_dict(self) -> dict[str, float]:
+        share = self.seconds_above_budget / self.seconds if self.seconds else 0.0
+        share1 = self.seconds_above_budget_1w / self.seconds if self.seconds else 0.0
+        return {
+            "modes_measured": self.modes_measured,
+            "seconds": round(self.seconds, 3),
+            "share_above_budget": round(share, 4),
+            "share_above_budget_1w": round(share1, 4),
+        }

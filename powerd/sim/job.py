@@ -1,0 +1,88 @@
+"""An emulated training job: the real client API, step times from a trace.
+
+It reads the mode the emulated hardware is running at from the same files a real kernel
+would show (online mask, cur frequencies), sleeps that mode's traced step time (scaled),
+and calls `job.step()`, exactly like a training loop would.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import powerd
+from powerd.modes import PowerMode
+from powerd.sim.emulator import read_effective_mode
+from powerd.sim.trace import Trace
+
+
+@dataclass
+class JobRun:
+    steps: int = 0
+    seconds: float = 0.0
+    phases: list[tuple[float, str]] = field(default_factory=list)  # (t since start, phase)
+    final_mode: PowerMode | None = None
+    final_phase: str = ""
+    tuned_after_s: float | None = None
+    # time the job spent per mode, to price profiling against the final mode
+    seconds_per_mode: dict[PowerMode, float] = field(default_factory=dict)
+
+
+def run_training_job(
+    root: str | Path,
+    trace: Trace,
+    budget_w: float | None,
+    workload: str,
+    time_scale: float,
+    *,
+    endpoint: str | None = None,
+    stay_tuned_s: float = 1.0,
+    max_s: float = 600.0,
+    noise: float = 0.02,
+    seed: int = 0,
+    on_step: Callable[[powerd.Job, JobRun], None] | None = None,
+    set_budget_at: list[tuple[int, float]] | None = None,
+) -> JobRun:
+    """Train until the daemon has held a tuned mode for `stay_tuned_s`, or `max_s` passed."""
+    rng = random.Random(seed)
+    run = JobRun()
+    pending_budgets = sorted(set_budget_at or [])
+    t0 = time.monotonic()
+    with powerd.request(budget_w=budget_w, workload=workload, endpoint=endpoint) as job:
+        last_phase = ""
+        tuned_since: float | None = None
+        while True:
+            now = time.monotonic()
+            if job.phase != last_phase:
+                last_phase = job.phase
+                run.phases.append((now - t0, last_phase))
+            if job.phase == "tuned":
+                tuned_since = tuned_since if tuned_since is not None else now
+                if run.tuned_after_s is None:
+                    run.tuned_after_s = now - t0
+                if pending_budgets and run.steps >= pending_budgets[0][0]:
+                    job.set_budget(pending_budgets.pop(0)[1])
+                    tuned_since = None
+                    continue
+                if now - tuned_since >= stay_tuned_s and not pending_budgets:
+                    break
+            else:
+                tuned_since = None
+            if now - t0 > max_s:
+                break
+            mode = read_effective_mode(root)
+            step_s = trace.lookup(mode).time_ms / 1000.0 * time_scale
+            step_s *= max(0.5, rng.gauss(1.0, noise))
+            time.sleep(step_s)
+            run.seconds_per_mode[mode] = run.seconds_per_mode.get(mode, 0.0) + step_s
+            job.step()
+            run.steps += 1
+            if on_step is not None:
+                on_step(job, run)
+        run.final_mode = job.mode
+        run.final_phase = job.phase
+    run.seconds = time.monotonic() - t0
+    return run

@@ -1,0 +1,222 @@
+"""The per-workload tuning loop: the state a client sees as its phase.
+
+One Tuner drives the board for one workload and budget. It asks the strategy what to do
+(measure a mode, fit the predictor, commit), executes that without ever blocking the
+server loop, and once committed keeps guarding the pinned mode's measured power.
+
+    deciding --Measure--> measuring --window done--> deciding
+    deciding --Fit------> fitting   --fit done----> deciding
+    deciding --Commit---> tuned     --power over budget--> deciding
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import statistics
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+
+from powerd.modes import PowerMode
+from powerd.optimize.base import Commit, Fit, Measure, Measurement, Predictor, Strategy
+from powerd.profiler import ModeWindow, PowerSamples, ProfilingCost, WindowSpec
+
+log = logging.getLogger("powerd.tuner")
+
+GUARD_MARGIN_W = 0.5  # measured power this far over the budget in the tuned state: re-decide
+MAX_SWITCH_FAILURES = 3
+
+
+class TunerFailed(Exception):
+    """The board refused several mode switches in a row: give the board back."""
+
+
+@dataclass
+class WorkloadState:
+    """Everything learned about one workload on this board."""
+
+    name: str
+    kind: str
+    strategy: Strategy
+    samples: dict[PowerMode, Measurement] = field(default_factory=dict)
+    predictor: Predictor | None = None
+    fit_method: str = ""
+    cost: ProfilingCost = field(default_factory=ProfilingCost)
+    persistent: bool = True
+
+    def profiled_modes(self) -> int:
+        return sum(1 for m in self.samples.values() if math.isfinite(m.power_w))
+
+
+@dataclass
+class TunerHooks:
+    apply_mode: Callable[[PowerMode], None]  # raises on a failed switch (board left known)
+    power: PowerSamples
+    submit_fit: Callable[[WorkloadState], Future]
+    on_sample: Callable[[WorkloadState], None]  # persist
+    on_commit: Callable[[PowerMode, Measurement], None]
+
+
+class Tuner:
+    def __init__(self, workload: WorkloadState, budget_w: float, spec: WindowSpec, hooks: TunerHooks):
+        self.workload = workload
+        self.budget_w = budget_w
+        self.spec = spec
+        self.hooks = hooks
+        self.state = "deciding"
+        self.window: ModeWindow | None = None
+        self.fit_future: Future | None = None
+        self.committed: Commit | None = None
+        self.message = ""
+        self.started = time.monotonic()
+        self.decided_after_s: float | None = None
+        self._guard_start = 0.0
+        self._switch_failures = 0
+        self._last_step: float | None = None
+
+    @property
+    def phase(self) -> str:
+        return {"deciding": "profiling", "measuring": "profiling", "fitting": "fitting"}.get(
+            self.state, "tuned"
+        )
+
+    def set_budget(self, budget_w: float) -> None:
+        """Re-solve from the samples and the fitted model; measure only what is new."""
+        self.budget_w = budget_w
+        self.committed = None
+        self.decided_after_s = None
+        self.started = time.monotonic()
+        if self.state in ("tuned", "measuring"):
+            self.window = None
+            self.state = "deciding"
+
+    def feed_steps(self, ends: list[float], durations: list[float]) -> None:
+        if ends:
+            self._last_step = ends[-1]
+        if self.window is not None:
+            self.window.add_steps(ends, durations)
+
+    def tick(self, now: float) -> None:
+        # one tick may run several cheap decisions, but at most one mode switch
+        for _ in range(8):
+            if self.state == "deciding":
+                if self._decide(now):
+                    return
+            elif self.state == "measuring":
+                self._poll_window(now)
+                return
+            elif self.state == "fitting":
+                if not self._poll_fit():
+                    return
+            else:
+                self._guard(now)
+                return
+
+    # -- states ------------------------------------------------------------------------
+    def _decide(self, now: float) -> bool:
+        """Run one strategy step; True if it started something that takes time."""
+        w = self.workload
+        action = w.strategy.next_action(self.budget_w, w.samples)
+        if isinstance(action, Measure):
+            if not self._switch(action.mode):
+                return False
+            self.window = ModeWindow(
+                action.mode, self.spec, self.budget_w, time.monotonic(), w.kind == "training"
+            )
+            self.state = "measuring"
+            return True
+        if isinstance(action, Fit):
+            self.fit_future = self.hooks.submit_fit(w)
+            self.state = "fitting"
+            return True
+        assert isinstance(action, Commit)
+        if not self._switch(action.mode):
+            return False
+        self.committed = action
+        self.state = "tuned"
+        self._guard_start = now
+        if self.decided_after_s is None:
+            self.decided_after_s = now - self.started
+        m = w.samples.get(action.mode)
+        self.message = (
+            "" if action.feasible else
+            f"no measured mode fits {self.budget_w:g} W; holding the lowest-power mode measured"
+        )
+        if m is not None:
+            self.hooks.on_commit(action.mode, m)
+        return True
+
+    def _switch(self, mode: PowerMode) -> bool:
+        try:
+            self.hooks.apply_mode(mode)
+        except Exception as exc:  # noqa: BLE001 - any failed switch is reported the same way
+            self._switch_failures += 1
+            self.message = f"switch to {mode} failed: {exc}"
+            log.error("%s", self.message)
+            # never retry this mode for this workload in this run
+            self.workload.samples[mode] = Measurement(mode, math.nan, math.inf, 0, True)
+            if self._switch_failures >= MAX_SWITCH_FAILURES:
+                raise TunerFailed(self.message) from exc
+            return False
+        self._switch_failures = 0
+        return True
+
+    def _poll_window(self, now: float) -> None:
+        assert self.window is not None
+        result = self.window.poll(now, self.hooks.power)
+        if result is None:
+            return
+        w = self.workload
+        samples = self.hooks.power(self.window.t_switch, now)
+        w.cost.account(samples, self.budget_w)
+        w.cost.modes_measured += 1
+        w.samples[result.mode] = result
+        log.info(
+            "measured %s: %.1f ms/step, %.2f W%s", result.mode, result.time_ms, result.power_w,
+            " (stopped early: over budget)" if result.aborted_over_budget else "",
+        )
+        self.hooks.on_sample(w)
+        self.window = None
+        self.state = "deciding"
+
+    def _poll_fit(self) -> bool:
+        assert self.fit_future is not None
+        if not self.fit_future.done():
+            return False
+        try:
+            predictor = self.fit_future.result()
+        except Exception as exc:  # noqa: BLE001
+            log.error("fitting %s failed: %s", self.workload.name, exc)
+            self.message = f"fit failed: {exc}"
+            predictor = None
+        if predictor is not None:
+            self.workload.predictor = predictor
+            self.workload.strategy.on_fitted(predictor)
+        self.fit_future = None
+        self.state = "deciding"
+        return True
+
+    def _guard(self, now: float) -> None:
+        """Closed loop on the committed mode: re-decide if its power drifts over budget."""
+        period = max(self.spec.window_s, 1.0) * 2
+        if now - self._guard_start < period:
+            return
+        samples = self.hooks.power(self._guard_start, now)
+        self._guard_start = now
+        if len(samples) < 3 or self.committed is None:
+            return
+        mean_w = statistics.fmean(w for _, w in samples)
+        if mean_w <= self.budget_w + GUARD_MARGIN_W or not self.committed.feasible:
+            return
+        mode = self.committed.mode
+        old = self.workload.samples.get(mode)
+        t = old.time_ms if old is not None else math.nan
+        log.warning(
+            "%s draws %.2f W, over the %g W budget: choosing again", mode, mean_w, self.budget_w
+        )
+        self.workload.samples[mode] = Measurement(mode, t, mean_w, old.steps if old else 0, False)
+        self.hooks.on_sample(self.workload)
+        self.committed = None
+        self.state = "deciding"

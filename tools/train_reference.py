@@ -1,0 +1,292 @@
+#!/usr/bin/env python3
+"""Train the bundled reference predictor on the reference corpus and write models/.
+
+    python tools/train_reference.py            # rebuild models/ (a few minutes on 2 cores)
+
+Two small MLPs over the board-agnostic features of powerd.predictor.features: step time
+(target: log ms, so the scale is free across workloads whose step times differ 100x) and
+board power (W). Architecture from the published predictor (dense 256-128-64-1, ReLU,
+dropout after the first two hidden layers, Adam 1e-3, MSE, standardised inputs), trained
+with a seeded 70/15/15 train/validation/test split, early stopping on validation and a
+cosine-decayed learning rate.
+
+Writes time.onnx / power.onnx (inference: outputs ``y`` and the 64-d penultimate ``h``),
+time.pt / power.pt (state_dicts for fine-tuning), scaler.json (features, input scaler,
+target transform, architecture, metrics) and MODEL_CARD.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import hashlib
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from powerd.predictor.features import (  # noqa: E402
+    DEFAULT_FEATURE_SET,
+    FEATURE_SETS,
+    exponents,
+    feature_names,
+    mode_features,
+)
+from powerd.predictor.finetune_worker import build_mlp, to_weights  # noqa: E402
+from powerd.predictor.onnx_graph import reference_model  # noqa: E402
+
+CORPUS = REPO / "models" / "corpus" / "orin_agx_resnet18_imagenet_train.csv"
+HIDDEN = [256, 128, 64]
+
+
+def load_csv(path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    with path.open(newline="") as f:
+        rows = list(csv.DictReader(f))
+    modes = np.array(
+        [[int(r[k]) for k in ("cores", "cpu_khz", "gpu_hz", "emc_hz")] for r in rows],
+        dtype=np.int64,
+    )
+    t = np.array([float(r["minibatch_ms"]) for r in rows])
+    p = np.array([float(r["power_w"]) for r in rows])
+    return modes, t, p
+
+
+def split(n: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    perm = np.random.default_rng(seed).permutation(n)
+    a, b = int(0.70 * n), int(0.85 * n)
+    return perm[:a], perm[a:b], perm[b:]
+
+
+def mape(pred: np.ndarray, true: np.ndarray) -> float:
+    return float(np.mean(np.abs(pred - true) / np.abs(true)) * 100)
+
+
+def train_one(
+    name: str,
+    feats: np.ndarray,
+    target: np.ndarray,
+    idx: tuple[np.ndarray, np.ndarray, np.ndarray],
+    args: argparse.Namespace,
+) -> tuple[torch.nn.Sequential, dict[str, Any]]:
+    """Train one MLP on standardised features/target; keep the best-validation weights."""
+    tr, va, _ = idx
+    x_mean, x_std = feats[tr].mean(0), feats[tr].std(0)
+    y_mean, y_std = float(target[tr].mean()), float(target[tr].std())
+    x = torch.tensor((feats - x_mean) / x_std, dtype=torch.float32)
+    y = torch.tensor((target - y_mean) / y_std, dtype=torch.float32)
+    torch.manual_seed(args.seed + (0 if name == "time" else 1))
+    net = build_mlp(feats.shape[1], HIDDEN, [args.dropout, args.dropout])
+    opt = torch.optim.Adam(net.parameters(), lr=args.lr, weight_decay=args.weight_decay)
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=args.epochs)
+    gen = torch.Generator().manual_seed(args.seed)
+    xt, yt, xv, yv = x[tr], y[tr], x[va], y[va]
+    best = (float("inf"), 0, None)
+    for epoch in range(args.epochs):
+        net.train()
+        for b in torch.randperm(len(tr), generator=gen).split(args.batch):
+            opt.zero_grad()
+            loss = torch.mean((net(xt[b])[:, 0] - yt[b]) ** 2)
+            loss.backward()
+            opt.step()
+        sched.step()
+        net.eval()
+        with torch.no_grad():
+            v = float(torch.mean((net(xv)[:, 0] - yv) ** 2))
+        if v < best[0]:
+            best = (v, epoch, {k: t.clone() for k, t in net.state_dict().items()})
+    net.load_state_dict(best[2])
+    net.eval()
+    scaler = {
+        "x_mean": x_mean.tolist(),
+        "x_std": x_std.tolist(),
+        "y_mean": y_mean,
+        "y_std": y_std,
+        "best_epoch": best[1],
+    }
+    return net, scaler
+
+
+def embed_std(net: torch.nn.Sequential, x: torch.Tensor) -> list[float]:
+    """Std of each penultimate unit over the corpus: the refit's fixed column scale."""
+    with torch.no_grad():
+        h = net[:-1](x).numpy()
+    return h.std(0).tolist()
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--corpus", type=Path, default=CORPUS)
+    ap.add_argument("--out", type=Path, default=REPO / "models")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--features", default=DEFAULT_FEATURE_SET, choices=sorted(FEATURE_SETS))
+    ap.add_argument("--epochs", type=int, default=300)
+    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--weight-decay", type=float, default=0.0)
+    ap.add_argument("--dropout", type=float, default=0.1)
+    ap.add_argument("--threads", type=int, default=1, help="torch threads (1: reproducible)")
+    args = ap.parse_args()
+
+    t_start = time.perf_counter()
+    torch.set_num_threads(args.threads)
+    torch.use_deterministic_algorithms(True)
+    modes, t_ms, p_w = load_csv(args.corpus)
+    corpus_sha = hashlib.sha256(args.corpus.read_bytes()).hexdigest()
+    exps = exponents(args.features)
+    feats = mode_features(modes, exps)
+    idx = split(len(modes), args.seed)
+    te = idx[2]
+
+    targets = {"time": ("log_time_ms", np.log(t_ms)), "power": ("power_w", p_w)}
+    models: dict[str, Any] = {}
+    nets = {}
+    metrics: dict[str, float] = {}
+    for name, (tname, target) in targets.items():
+        t0 = time.perf_counter()
+        net, sc = train_one(name, feats, target, idx, args)
+        nets[name] = net
+        x_all = torch.tensor((feats - np.array(sc["x_mean"])) / np.array(sc["x_std"]),
+                             dtype=torch.float32)
+        with torch.no_grad():
+            pred = net(x_all)[:, 0].numpy().astype(np.float64) * sc["y_std"] + sc["y_mean"]
+        true = t_ms if name == "time" else p_w
+        pred = np.exp(pred) if name == "time" else pred
+        for part, ix in zip(("train", "val", "test"), idx, strict=True):
+            metrics[f"{name}_mape_{part}"] = round(mape(pred[ix], true[ix]), 3)
+        models[name] = {
+            "target": tname,
+            "feature_set": args.features,
+            "feature_names": feature_names(exps),
+            "exps": exps.tolist(),
+            **sc,
+            "embed_std": embed_std(net, x_all),
+            "train_seconds": round(time.perf_counter() - t0, 1),
+        }
+        print(f"{name}: best epoch {sc['best_epoch']}, test MAPE "
+              f"{metrics[f'{name}_mape_test']:.2f}% ({models[name]['train_seconds']} s)")
+
+    args.out.mkdir(parents=True, exist_ok=True)
+    meta_common = {"corpus_sha256": corpus_sha, "feature_set": args.features}
+    onnx_bytes = {}
+    for name in ("time", "power"):
+        w = to_weights(nets[name], models[name])
+        model = reference_model(w, models[name]["target"], meta_common)
+        onnx_bytes[name] = model.SerializeToString()
+        # Check the exported graph against torch before anything is written.
+        import onnxruntime as ort
+
+        sess = ort.InferenceSession(onnx_bytes[name], providers=["CPUExecutionProvider"])
+        y_onnx, h_onnx = sess.run(["y", "h"], {"modes": modes})
+        y_np, h_np = w.forward_features(feats)
+        err = float(np.max(np.abs(y_onnx - y_np)))
+        if err > 1e-3 or h_onnx.shape[1] != HIDDEN[-1]:
+            raise SystemExit(f"{name}: ONNX disagrees with the trained weights (max err {err})")
+    for name in ("time", "power"):
+        (args.out / f"{name}.onnx").write_bytes(onnx_bytes[name])
+        torch.save(nets[name].state_dict(), args.out / f"{name}.pt")
+    model_id = hashlib.sha256(onnx_bytes["time"] + onnx_bytes["power"]).hexdigest()[:16]
+    meta = {
+        "format": 1,
+        "model_id": model_id,
+        "corpus": {
+            "file": f"models/corpus/{args.corpus.name}",
+            "sha256": corpus_sha,
+            "rows": len(modes),
+        },
+        "architecture": {
+            "hidden": HIDDEN,
+            "dropout": [args.dropout, args.dropout],
+            "activation": "relu",
+        },
+        "training": {
+            "seed": args.seed,
+            "split": "random 70/15/15 train/val/test (numpy default_rng(seed).permutation)",
+            "epochs": args.epochs,
+            "batch": args.batch,
+            "optimizer": "adam",
+            "lr": args.lr,
+            "lr_schedule": "cosine",
+            "weight_decay": args.weight_decay,
+            "loss": "mse on standardised target",
+            "early_stopping": "best validation MSE",
+            "torch": torch.__version__,
+            "threads": args.threads,
+        },
+        "metrics": metrics,
+        "test_rows": len(te),
+        "models": models,
+    }
+    (args.out / "scaler.json").write_text(json.dumps(meta, indent=1) + "\n")
+    total = time.perf_counter() - t_start
+    write_card(args, meta, total)
+    print(f"wrote {args.out} in {total:.0f} s")
+    return 0
+
+
+def write_card(args: argparse.Namespace, meta: dict[str, Any], seconds: float) -> None:
+    m = meta["metrics"]
+    cmd = "python tools/train_reference.py"
+    defaults = {"seed": 0, "features": DEFAULT_FEATURE_SET, "epochs": 300, "batch": 64,
+                "lr": 1e-3, "weight_decay": 0.0, "dropout": 0.1, "threads": 1}
+    for k, d in defaults.items():
+        v = getattr(args, k)
+        if v != d:
+            cmd += f" --{k.replace('_', '-')} {v}"
+    feats = ", ".join(meta["models"]["time"]["feature_names"])
+    card = f"""# powerd reference predictor
+
+Predicts, for any Jetson power mode `(cores, cpu_khz, gpu_hz, emc_hz)`, the training step
+time and board power of the *reference workload*; powerd refits its last layer to each new
+workload from a few dozen profiled modes (`powerd.predictor.transfer`).
+
+## Data
+- Corpus: `{meta['corpus']['file']}` ({meta['corpus']['rows']} modes), ResNet-18 training
+  on ImageNet-val, minibatch 16, Orin AGX 32GB, JetPack 5.0.1 (provenance:
+  `models/corpus/README.md`).
+- sha256: `{meta['corpus']['sha256']}`
+- Split: {meta['training']['split']}, seed {meta['training']['seed']};
+  the test part ({meta['test_rows']} modes) is never used for training or model selection.
+
+## Model
+- Inputs: modes -> board-agnostic features (`powerd.predictor.features`, set
+  `{meta['models']['time']['feature_set']}`): {feats}, in cores and GHz; standardised with
+  the training split's mean/std (`scaler.json`). The ONNX graphs compute the features
+  themselves from the raw int64 modes.
+- Two MLPs, dense {'-'.join(map(str, HIDDEN))}-1, ReLU, dropout {args.dropout} after the
+  first two hidden layers; Adam lr {args.lr} (cosine decay), batch {args.batch},
+  {args.epochs} epochs, MSE on the standardised target, best-validation weights kept.
+- `time`: target log(step ms); `power`: target board power in W.
+- Files: `time.onnx`, `power.onnx` (input `modes` (N,4) int64; outputs `y` (N,) in target
+  space and `h` (N,64) penultimate activations; opset {17}, IR 8); `time.pt`, `power.pt`
+  (torch state_dicts, `nn.Sequential` from `powerd.predictor.finetune_worker.build_mlp`);
+  `scaler.json` (features, scalers, target transforms, architecture, metrics).
+- model_id (sha256 of the two ONNX files, first 16 hex): `{meta['model_id']}`
+
+## Held-out accuracy (MAPE, %)
+| model | train | validation | test |
+| --- | --- | --- | --- |
+| time | {m['time_mape_train']:.2f} | {m['time_mape_val']:.2f} | {m['time_mape_test']:.2f} |
+| power | {m['power_mape_train']:.2f} | {m['power_mape_val']:.2f} | {m['power_mape_test']:.2f} |
+
+Transfer to other workloads and boards is measured by `tools/eval_transfer.py`.
+
+## Rebuild
+```
+.venv/bin/{cmd}
+```
+Runs in about {seconds / 60:.0f} min on a 2-core CPU (torch {meta['training']['torch']},
+{args.threads} thread, deterministic algorithms). Same machine and torch build: identical
+files; elsewhere, expect float-level differences.
+"""
+    (args.out / "MODEL_CARD.md").write_text(card)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
