@@ -56,6 +56,12 @@ class ModeWindow:
                 self._anchor = t
                 self._last_step = t
                 continue
+            if math.isnan(self.window_start):
+                # first step after a pause: the window restarts here, timing from this step
+                self.window_start = t
+                self._anchor = t
+                self._last_step = t
+                continue
             if durations:
                 self._intervals.append(durations[i] * 1000.0)
             elif self._anchor is not None:
@@ -72,9 +78,13 @@ class ModeWindow:
                 return None
             self._start_window(now)
             return None
+        if math.isnan(self.window_start):
+            return None  # paused: wait for the job to step again
         if self._paused(now):
             self.cancelled += 1
-            self._start_window(now)
+            self.window_start = math.nan
+            self._intervals = []
+            self._anchor = None
             return None
         samples = power(self.window_start, now)
         watts = [w for _, w in samples]

@@ -179,6 +179,7 @@ class Daemon:
                  req.pid)
         if self.effective_budget() != old_budget:
             self._budget_changed()
+        self._arbitrate()  # so the first reply already says whether it profiles or waits
         return self._job_state(job, req.id)
 
     def _on_steps(self, req: p.Steps, identity: bytes, now: float) -> p.BaseModel:

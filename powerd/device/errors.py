@@ -27,7 +27,9 @@ class SysfsReadError(DeviceError):
 class SysfsWriteError(DeviceError):
     """The kernel refused a write (EINVAL, EACCES, EBUSY, ...) or the file is missing."""
 
-    def __init__(self, path: Path | str, value: str, errno: int | None, strerror: str | None = None):
+    def __init__(
+        self, path: Path | str, value: str, errno: int | None, strerror: str | None = None
+    ):
         self.path = Path(path)
         self.value = value
         self.errno = errno

@@ -105,7 +105,7 @@ class MLPWeights:
             if not layers:
                 raise KeyError(f"{prefix}W0")
             return cls(
-                exps=init[f"{prefix}exps"].astype(np.int64),
+                exps=np.rint(init[f"{prefix}expsT"]).T.astype(np.int64),
                 x_mean=init[f"{prefix}x_mean"].astype(np.float64),
                 x_std=init[f"{prefix}x_std"].astype(np.float64),
                 layers=layers,
@@ -121,9 +121,8 @@ def feature_nodes(prefix: str, exps: np.ndarray) -> tuple[list, list, str]:
     exps = np.asarray(exps, dtype=np.int64)
     inits = [
         numpy_helper.from_array(_f32(UNIT_SCALE), f"{prefix}unit"),
+        # Small integers: exact in float32, so :meth:`MLPWeights.from_onnx` reads them back.
         numpy_helper.from_array(_f32(exps.T), f"{prefix}expsT"),
-        # Also kept as int64 so the exponent matrix can be read back exactly.
-        numpy_helper.from_array(exps, f"{prefix}exps"),
     ]
     nodes = [
         helper.make_node("Cast", [MODES_INPUT], [f"{prefix}mf"], to=TensorProto.FLOAT),

@@ -1,0 +1,471 @@
+"""Transfer the reference predictor to a new workload (and board) from profiled samples.
+
+Two methods, both ending in a self-contained ONNX model (modes -> time_ms, power_w):
+
+* ``"ridge"`` (default): a closed-form refit, in numpy, of each model's last layer. The
+  inputs are the reference's penultimate activations ``h`` plus the reference's own
+  prediction ``r``; the target is log step time (power: W). ``r`` and the intercept are
+  unpenalised and ``h``'s weights are ridge-penalised, so with few samples the fit shrinks
+  towards "the reference, rescaled" and only departs from it where the samples agree. The
+  ridge strength is chosen by exact leave-one-out error. Milliseconds per fit.
+* ``"torch-finetune"``: the published method, retraining the last dense layer(s) with torch
+  in a worker subprocess (:mod:`powerd.predictor.finetune_worker`); falls back to the ridge
+  when that interpreter lacks torch or the worker fails, and records why.
+
+``tools/eval_transfer.py`` measures both (and the ridge variants) on the validation traces;
+its table, in the report that introduced this module, is why ridge is the default.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from powerd.modes import PowerMode
+from powerd.optimize.base import Measurement, Predictor
+from powerd.predictor.features import validate_modes
+from powerd.predictor.onnx_graph import MODES_INPUT, Head, fitted_model
+from powerd.predictor.reference import Embedding, ReferenceModel, make_session
+
+METHODS = ("ridge", "torch-finetune")
+DEFAULT_METHOD = "ridge"
+FORMAT = 1
+WORKER_TIMEOUT_S = 60.0
+
+
+@dataclass(frozen=True)
+class Samples:
+    """Profiled modes of one workload. NaN time (aborted before enough steps) or NaN power
+    excludes that sample from that model's fit only."""
+
+    modes: np.ndarray  # (k, 4) int64
+    time_ms: np.ndarray  # (k,)
+    power_w: np.ndarray  # (k,)
+
+    def __post_init__(self) -> None:
+        m = validate_modes(self.modes)
+        t = np.asarray(self.time_ms, dtype=np.float64).reshape(-1)
+        p = np.asarray(self.power_w, dtype=np.float64).reshape(-1)
+        if not len(m) == len(t) == len(p):
+            raise ValueError(f"samples: {len(m)} modes, {len(t)} times, {len(p)} powers")
+        object.__setattr__(self, "modes", m)
+        object.__setattr__(self, "time_ms", t)
+        object.__setattr__(self, "power_w", p)
+
+    def __len__(self) -> int:
+        return len(self.modes)
+
+    @property
+    def time_ok(self) -> np.ndarray:
+        return np.isfinite(self.time_ms) & (self.time_ms > 0)
+
+    @property
+    def power_ok(self) -> np.ndarray:
+        return np.isfinite(self.power_w) & (self.power_w > 0)
+
+    @classmethod
+    def coerce(cls, obj: Samples | tuple | Mapping[PowerMode, Measurement]) -> Samples:
+        """Accept Samples, a (modes, time_ms, power_w) tuple, or a strategy's sample map."""
+        if isinstance(obj, Samples):
+            return obj
+        if isinstance(obj, Mapping):
+            return cls.from_measurements(obj)
+        modes, t, p = obj
+        return cls(np.asarray(modes), np.asarray(t), np.asarray(p))
+
+    @classmethod
+    def from_measurements(cls, samples: Mapping[PowerMode, Measurement]) -> Samples:
+        ms = list(samples.values())
+        modes = np.array([m.mode.as_tuple() for m in ms], dtype=np.int64).reshape(-1, 4)
+        # An aborted measurement's time is unknown; its power (over the short window) is
+        # still a lower bound at best, so it does not train the power model either.
+        t = np.array([np.nan if m.aborted_over_budget else m.time_ms for m in ms])
+        p = np.array([np.nan if m.aborted_over_budget else m.power_w for m in ms])
+        return cls(modes, t, p)
+
+
+@dataclass(frozen=True)
+class RidgeOptions:
+    """Variants of the ridge refit (measured by tools/eval_transfer.py; defaults = chosen)."""
+
+    time_ref: bool = True  # reference log time as an unpenalised input
+    power_ref: bool = True  # reference power as an unpenalised input
+    power_log: bool = False  # fit log power (and log reference power) instead of W
+    select: str = "loo"  # ridge strength: "loo" (exact leave-one-out), "gcv", "fixed"
+    lam: float = 10.0  # used by select="fixed"
+    # Below this many samples only the scale is fitted (coef_ref = 1, no activations):
+    # an affine fit through two or three noisy points can tilt the whole mode space.
+    min_affine: int = 5
+
+
+@dataclass
+class FitStats:
+    """What a fit saw and how well it matches its own samples (MAPE in %)."""
+
+    n_time: int = 0
+    n_power: int = 0
+    time_mape: float = float("nan")  # in-sample
+    power_mape: float = float("nan")
+    time_loo_mape: float | None = None  # leave-one-out (ridge only): an honest error estimate
+    power_loo_mape: float | None = None
+    lambda_time: float | None = None
+    lambda_power: float | None = None
+    seconds: float = 0.0
+    fallback_reason: str = ""  # why torch-finetune was requested but ridge ran
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _mape(pred: np.ndarray, true: np.ndarray) -> float:
+    if len(true) == 0:
+        return float("nan")
+    return float(np.mean(np.abs(pred - true) / np.abs(true)) * 100)
+
+
+_LAMBDAS = np.concatenate([np.logspace(-3, 5, 33), [np.inf]])
+
+
+def ridge_head(
+    y_ref: np.ndarray,
+    h: np.ndarray,
+    target: np.ndarray,
+    scale: np.ndarray,
+    *,
+    use_ref: bool,
+    ref_transform: str,
+    out_transform: str,
+    options: RidgeOptions,
+) -> tuple[Head, float | None, np.ndarray]:
+    """Fit ``target ~ a + b*r(y_ref) + h @ w`` with a ridge penalty on ``w`` only.
+
+    ``scale`` is each activation's std over the reference corpus: a fixed, sample-free
+    column scale (k samples are too few to estimate it). Returns (head, lambda, leave-one-out
+    residuals in target space)."""
+    k = len(target)
+    head = Head(ref_transform=ref_transform, out_transform=out_transform)
+    r = head.ref_input(y_ref) if use_ref else np.zeros(k)
+    if k == 0:
+        return head, None, np.zeros(0)
+    base = r if use_ref else np.zeros(k)
+    t = target - base if (use_ref and k < options.min_affine) else target
+    if use_ref and k >= options.min_affine:
+        u = np.column_stack([np.ones(k), r])
+    else:
+        u = np.ones((k, 1))
+    keep = scale > 1e-6 * max(float(scale.max(initial=0.0)), 1e-12)
+    hs = h[:, keep] / scale[keep]
+    # Orthogonal basis of the unpenalised columns; project them out of targets/activations.
+    qu, _ = np.linalg.qr(u)
+    pu = qu.shape[1]
+    ty = t - qu @ (qu.T @ t)
+    if k >= options.min_affine and k > pu + 1 and hs.shape[1]:
+        hp = hs - qu @ (qu.T @ hs)
+        a_, s_, vt = np.linalg.svd(hp, full_matrices=False)
+        alpha = a_.T @ ty
+        lev_u = np.sum(qu**2, axis=1)
+        s2 = s_**2
+        if options.select == "fixed":
+            lams = np.array([options.lam])
+        else:
+            lams = _LAMBDAS
+        best = (np.inf, np.inf, None)
+        for lam in lams:
+            shrink = np.zeros_like(s2) if np.isinf(lam) else s2 / (s2 + lam)
+            resid = ty - a_ @ (shrink * alpha)
+            if options.select == "gcv":
+                dof = pu + shrink.sum()
+                score = k * float(resid @ resid) / max(k - dof, 1e-9) ** 2
+            else:
+                lev = lev_u + (a_**2) @ shrink
+                loo = resid / np.maximum(1.0 - lev, 1e-9)
+                score = float(np.mean(loo**2))
+            if score < best[0]:
+                best = (score, lam, shrink)
+        lam = float(best[1])
+        shrink = best[2]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            coef = np.where(s_ > 0, shrink / np.where(s_ > 0, s_, 1.0), 0.0)
+        ws = vt.T @ (coef * alpha)
+        w = np.zeros(h.shape[1])
+        w[keep] = ws / scale[keep]
+        lev = lev_u + (a_**2) @ shrink
+    else:
+        lam, w = None, np.zeros(h.shape[1])
+        lev = np.sum(qu**2, axis=1)
+    # The unpenalised coefficients, given w (exact for the joint problem).
+    coefs, *_ = np.linalg.lstsq(u, t - h @ w, rcond=None)
+    a = float(coefs[0])
+    b = float(coefs[1]) if u.shape[1] == 2 else (1.0 if use_ref else 0.0)
+    head = Head(a, b, w if np.any(w) else np.zeros(0), ref_transform, out_transform)
+    resid = target - head.linear(y_ref, h)
+    loo = resid / np.maximum(1.0 - lev, 1e-9)
+    return head, lam, loo
+
+
+class FittedPredictor(Predictor):
+    """A workload's fitted predictor, backed by its own ONNX model (modes -> time, power).
+
+    Self-contained: it does not need the reference model dir once built, so a fit persisted
+    by one release keeps working after an upgrade changes the bundled reference."""
+
+    def __init__(
+        self,
+        onnx_bytes: bytes,
+        method: str,
+        stats: FitStats,
+        samples: Samples,
+        reference_id: str = "",
+        heads: tuple[Head, Head] | None = None,
+        threads: int = 1,
+    ):
+        if method not in METHODS:
+            raise ValueError(f"unknown method {method!r}; expected one of {METHODS}")
+        self.onnx_bytes = onnx_bytes
+        self.method = method
+        self.stats = stats
+        self.samples = samples
+        self.reference_id = reference_id
+        self.heads = heads
+        self._session = make_session(onnx_bytes, threads)
+
+    def predict(self, modes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        m = validate_modes(modes)
+        if len(m) == 0:
+            return np.zeros(0), np.zeros(0)
+        t, p = self._session.run(["time_ms", "power_w"], {MODES_INPUT: m})
+        return t.astype(np.float64), p.astype(np.float64)
+
+    def predict_with(self, reference: ReferenceModel, modes: np.ndarray
+                     ) -> tuple[np.ndarray, np.ndarray]:
+        """The same prediction computed in numpy from `reference`'s outputs and the heads
+        (ridge fits only): a cross-check of the exported graph."""
+        if self.heads is None:
+            raise ValueError(f"a {self.method} fit has no numpy heads")
+        e = reference.embed(modes)
+        th, ph = self.heads
+        return th.apply(e.time_y, e.time_h), ph.apply(e.power_y, e.power_h)
+
+    def save(self, directory: str | os.PathLike[str]) -> Path:
+        """Write predictor.onnx, fit.npz (samples, heads) and fitted.json into `directory`.
+        Each file is written to a temporary name and renamed, so a crash leaves either the
+        old or the new file, never a torn one."""
+        d = Path(directory)
+        d.mkdir(parents=True, exist_ok=True)
+        arrays: dict[str, np.ndarray] = {
+            "modes": self.samples.modes,
+            "time_ms": self.samples.time_ms,
+            "power_w": self.samples.power_w,
+        }
+        heads_meta = None
+        if self.heads is not None:
+            heads_meta = []
+            for name, hd in zip(("time", "power"), self.heads, strict=True):
+                arrays[f"{name}_w"] = np.asarray(hd.w, dtype=np.float64)
+                heads_meta.append({
+                    "intercept": hd.intercept,
+                    "coef_ref": hd.coef_ref,
+                    "ref_transform": hd.ref_transform,
+                    "out_transform": hd.out_transform,
+                })
+        meta = {
+            "format": FORMAT,
+            "method": self.method,
+            "reference_id": self.reference_id,
+            "stats": _jsonable(asdict(self.stats)),
+            "heads": heads_meta,
+        }
+        _atomic_write(d / "predictor.onnx", self.onnx_bytes)
+        with tempfile.NamedTemporaryFile(dir=d, suffix=".npz", delete=False) as f:
+            np.savez(f, **arrays)
+        os.replace(f.name, d / "fit.npz")
+        _atomic_write(d / "fitted.json", (json.dumps(meta, indent=1) + "\n").encode())
+        return d
+
+    @classmethod
+    def load(cls, directory: str | os.PathLike[str], threads: int = 1) -> FittedPredictor:
+        d = Path(directory)
+        try:
+            meta = json.loads((d / "fitted.json").read_text())
+            onnx_bytes = (d / "predictor.onnx").read_bytes()
+            with np.load(d / "fit.npz", allow_pickle=False) as z:
+                arrays = {k: z[k] for k in z.files}
+        except (OSError, ValueError, KeyError) as e:
+            raise ValueError(f"{d}: not a saved powerd predictor: {e}") from e
+        if meta.get("format") != FORMAT:
+            raise ValueError(f"{d}: predictor format {meta.get('format')}, expected {FORMAT}")
+        stats = FitStats(**meta["stats"])
+        heads = None
+        if meta.get("heads"):
+            heads = tuple(
+                Head(w=arrays[f"{name}_w"], **hm)
+                for name, hm in zip(("time", "power"), meta["heads"], strict=True)
+            )
+        samples = Samples(arrays["modes"], arrays["time_ms"], arrays["power_w"])
+        return cls(onnx_bytes, meta["method"], stats, samples, meta.get("reference_id", ""),
+                   heads, threads)  # type: ignore[arg-type]
+
+
+def _jsonable(d: dict[str, Any]) -> dict[str, Any]:
+    out = {}
+    for k, v in d.items():
+        if isinstance(v, float) and not np.isfinite(v):
+            v = None if k not in ("time_mape", "power_mape") else float("nan")
+        out[k] = v
+    return out
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
+def _in_sample(fp: FittedPredictor, s: Samples) -> None:
+    if len(s) == 0:
+        return
+    t, p = fp.predict(s.modes)
+    fp.stats.time_mape = _mape(t[s.time_ok], s.time_ms[s.time_ok])
+    fp.stats.power_mape = _mape(p[s.power_ok], s.power_w[s.power_ok])
+
+
+def fit_ridge(
+    samples: Samples | tuple | Mapping[PowerMode, Measurement],
+    reference: ReferenceModel,
+    options: RidgeOptions | None = None,
+) -> FittedPredictor:
+    """Closed-form refit of both last layers; see the module docstring."""
+    t0 = time.perf_counter()
+    s = Samples.coerce(samples)
+    if len(s) == 0:
+        raise ValueError("cannot fit a predictor without samples")
+    opts = options or RidgeOptions()
+    e: Embedding = reference.embed(s.modes)
+    scaler = reference.meta["models"]
+    to, po = s.time_ok, s.power_ok
+    time_head, lam_t, loo_t = ridge_head(
+        e.time_y[to], e.time_h[to], np.log(s.time_ms[to]),
+        np.asarray(scaler["time"]["embed_std"]),
+        use_ref=opts.time_ref, ref_transform="identity", out_transform="exp", options=opts,
+    )
+    p_target = np.log(s.power_w[po]) if opts.power_log else s.power_w[po]
+    power_head, lam_p, loo_p = ridge_head(
+        e.power_y[po], e.power_h[po], p_target,
+        np.asarray(scaler["power"]["embed_std"]),
+        use_ref=opts.power_ref,
+        ref_transform="log" if opts.power_log else "identity",
+        out_transform="exp" if opts.power_log else "identity",
+        options=opts,
+    )
+    stats = FitStats(n_time=int(to.sum()), n_power=int(po.sum()),
+                     lambda_time=lam_t, lambda_power=lam_p)
+    if len(loo_t):
+        stats.time_loo_mape = float(np.mean(np.abs(np.expm1(-loo_t))) * 100)
+    if len(loo_p):
+        pw = s.power_w[po]
+        pred = np.exp(p_target - loo_p) if opts.power_log else p_target - loo_p
+        stats.power_loo_mape = _mape(pred, pw)
+    tm, pm = reference.mlps()
+    model = fitted_model(tm, pm, time_head, power_head,
+                         {"method": "ridge", "reference": reference.model_id})
+    fp = FittedPredictor(model.SerializeToString(), "ridge", stats, s, reference.model_id,
+                         (time_head, power_head))
+    _in_sample(fp, s)
+    stats.seconds = time.perf_counter() - t0
+    return fp
+
+
+class WorkerUnavailable(RuntimeError):
+    """The torch fine-tuning worker could not run; the message says why."""
+
+
+def _package_root() -> Path:
+    return Path(__file__).resolve().parents[2]
+
+
+def run_finetune_worker(
+    samples: Samples,
+    reference: ReferenceModel,
+    python: str = "",
+    options: dict[str, Any] | None = None,
+    timeout_s: float = WORKER_TIMEOUT_S,
+) -> FittedPredictor:
+    """Fine-tune in a subprocess of `python` (empty: this interpreter). Raises
+    WorkerUnavailable with the reason when it cannot (no torch, crash, timeout)."""
+    t0 = time.perf_counter()
+    exe = python or sys.executable
+    with tempfile.TemporaryDirectory(prefix="powerd-fit-") as tmp:
+        inp = Path(tmp) / "in.npz"
+        out = Path(tmp) / "out"
+        np.savez(inp, modes=samples.modes, time_ms=samples.time_ms, power_w=samples.power_w,
+                 model_dir=np.array(str(reference.model_dir)),
+                 options=np.array(json.dumps(options or {})))
+        env = dict(os.environ)
+        # The worker must import *this* powerd, whatever the interpreter's own site-packages.
+        env["PYTHONPATH"] = os.pathsep.join(
+            [str(_package_root())] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])
+        )
+        try:
+            proc = subprocess.run(
+                [exe, "-m", "powerd.predictor.finetune_worker", str(inp), str(out)],
+                capture_output=True, text=True, timeout=timeout_s, env=env, cwd=tmp,
+            )
+        except FileNotFoundError:
+            raise WorkerUnavailable(f"fit interpreter {exe!r} not found") from None
+        except subprocess.TimeoutExpired:
+            raise WorkerUnavailable(f"fine-tuning worker timed out after {timeout_s:.0f} s"
+                                    ) from None
+        except OSError as e:
+            raise WorkerUnavailable(f"cannot run fit interpreter {exe!r}: {e}") from None
+        if proc.returncode == 3:
+            raise WorkerUnavailable(f"torch not importable by {exe}")
+        if proc.returncode != 0:
+            tail = " | ".join(proc.stderr.strip().splitlines()[-3:])
+            raise WorkerUnavailable(f"fine-tuning worker failed (exit {proc.returncode}): {tail}")
+        try:
+            onnx_bytes = (out / "predictor.onnx").read_bytes()
+            wstats = json.loads((out / "worker.json").read_text())
+        except (OSError, ValueError) as e:
+            raise WorkerUnavailable(f"fine-tuning worker wrote no usable output: {e}") from e
+    stats = FitStats(n_time=int(samples.time_ok.sum()), n_power=int(samples.power_ok.sum()),
+                     extra={"worker": wstats, "python": exe})
+    fp = FittedPredictor(onnx_bytes, "torch-finetune", stats, samples, reference.model_id)
+    _in_sample(fp, samples)
+    stats.seconds = time.perf_counter() - t0
+    return fp
+
+
+def fit_workload(
+    samples: Samples | tuple | Mapping[PowerMode, Measurement],
+    reference: ReferenceModel,
+    python: str = "",
+    method: str = DEFAULT_METHOD,
+    *,
+    ridge_options: RidgeOptions | None = None,
+    worker_options: dict[str, Any] | None = None,
+    timeout_s: float = WORKER_TIMEOUT_S,
+) -> FittedPredictor:
+    """Fit a workload's predictor. ``method="torch-finetune"`` runs the torch worker with
+    `python` (config ``[fit] python``; "" = this interpreter) and falls back to the ridge
+    when that fails; ``fp.method`` says what ran and ``fp.stats.fallback_reason`` why."""
+    if method not in METHODS:
+        raise ValueError(f"unknown fit method {method!r}; expected one of {METHODS}")
+    s = Samples.coerce(samples)
+    if len(s) == 0:
+        raise ValueError("cannot fit a predictor without samples")
+    if method == "ridge":
+        return fit_ridge(s, reference, ridge_options)
+    try:
+        return run_finetune_worker(s, reference, python, worker_options, timeout_s)
+    except WorkerUnavailable as e:
+        fp = fit_ridge(s, reference, ridge_options)
+        fp.stats = replace(fp.stats, fallback_reason=str(e))
+        return fp

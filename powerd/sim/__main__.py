@@ -1,0 +1,89 @@
+"""python -m powerd.sim --board orin-agx --trace FILE --root DIR: an emulated Jetson.
+
+Builds the file tree, prints its root on stdout (one line, so scripts can read it), then
+emulates the board until SIGTERM or SIGINT.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import tempfile
+import threading
+from pathlib import Path
+
+from powerd.sim.boards import SIM_BOARDS
+from powerd.sim.emulator import Emulator
+from powerd.sim.trace import TRACE_DIR, Trace
+from powerd.sim.tree import build_tree
+
+DEFAULT_TRACES = {
+    "orin-agx": TRACE_DIR / "orin_agx_mobilenetv3_gld23k_train.csv",
+    "orin-nano": TRACE_DIR / "orin_nano_resnet18_imagenet_train.csv",
+}
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m powerd.sim", description=__doc__.splitlines()[0])
+    p.add_argument("--board", choices=sorted(SIM_BOARDS), default="orin-agx")
+    p.add_argument("--trace", type=Path, help="trace CSV (default: a bundled one for the board)")
+    p.add_argument("--batch-size", type=int, help="inference traces: the batch size to replay")
+    p.add_argument("--root", type=Path, help="tree root (default: a new temporary directory)")
+    p.add_argument("--time-scale", type=float, default=1.0, help="scale of emulated delays")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--noise", type=float, default=0.01, help="power noise (fraction)")
+    p.add_argument("--l4t", help="L4T release to report (default: the board's)")
+    p.add_argument("--hwmon-index", type=int, help="first hwmonN (default: random from --seed)")
+    p.add_argument(
+        "--reuse", action="store_true", help="emulate an existing tree under --root as it is"
+    )
+    p.add_argument("-v", "--verbose", action="store_true")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(name)s %(levelname)s %(message)s",
+        stream=sys.stderr,
+    )
+    trace_path = args.trace or DEFAULT_TRACES[args.board]
+    try:
+        trace = Trace.load(trace_path, batch_size=args.batch_size)
+    except (OSError, ValueError) as exc:
+        print(f"cannot load trace {trace_path}: {exc}", file=sys.stderr)
+        return 2
+    root = args.root or Path(tempfile.mkdtemp(prefix=f"powerd-sim-{args.board}-"))
+    if args.reuse:
+        if args.root is None:
+            print("--reuse needs --root", file=sys.stderr)
+            return 2
+    else:
+        try:
+            build_tree(
+                root, args.board, trace, l4t=args.l4t, seed=args.seed, hwmon_index=args.hwmon_index
+            )
+        except ValueError as exc:
+            print(f"cannot build the {args.board} tree: {exc}", file=sys.stderr)
+            return 2
+    stop = threading.Event()
+
+    def on_signal(signum: int, _frame: object) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    with Emulator(
+        root, args.board, trace, time_scale=args.time_scale, seed=args.seed, noise_frac=args.noise
+    ):
+        print(root.absolute(), flush=True)
+        while not stop.wait(1.0):
+            pass
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

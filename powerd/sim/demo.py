@@ -1,0 +1,118 @@
+"""The demo: an emulated Orin AGX, the real daemon, and an emulated MobileNet v3 training job
+asking for 25 W. Prints progress while powerd profiles, then how good its pick was."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import threading
+import time
+
+from powerd.sim.harness import EmulatedBoard, knob_snapshot
+from powerd.sim.job import run_training_job
+from powerd.sim.trace import TRACE_DIR, Trace
+
+
+def _mode_str(m: object) -> str:
+    if m is None:
+        return "-"
+    d = m if isinstance(m, dict) else m.as_dict()  # type: ignore[attr-defined]
+    return (f"{d['cores']:>2} cores, CPU {d['cpu_khz'] / 1e3:>4.0f} MHz, GPU {d['gpu_hz'] / 1e6:>4.0f} MHz,"
+            f" EMC {d['emc_hz'] / 1e6:>4.0f} MHz")
+
+
+class Progress(threading.Thread):
+    """Polls the daemon's status and shows one line per change (a live line on a terminal)."""
+
+    def __init__(self, board: EmulatedBoard):
+        super().__init__(daemon=True)
+        self.board = board
+        self.stop_event = threading.Event()
+        self.tty = sys.stdout.isatty()
+        self.t0 = time.monotonic()
+
+    def run(self) -> None:
+        last = ""
+        while not self.stop_event.wait(0.2):
+            try:
+                s = self.board.status()
+            except Exception:  # noqa: BLE001
+                continue
+            jobs = s.get("jobs") or []
+            if not jobs:
+                continue
+            j = jobs[0]
+            tuner = s.get("tuner") or {}
+            doing = tuner.get("measuring") or tuner.get("committed") or s.get("mode")
+            line = (f"[{time.monotonic() - self.t0:5.1f}s] {j['phase']:<9} "
+                    f"{j['profiled_modes']:>2} modes measured | {_mode_str(doing)} | "
+                    f"{(s.get('power_w') or 0):5.1f} W")
+            key = (j["phase"], j["profiled_modes"], str(doing))
+            if self.tty:
+                print("\r" + line, end="", flush=True)
+            elif str(key) != last:
+                print(line, flush=True)
+            last = str(key)
+        if self.tty:
+            print()
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--budget", type=float, default=25.0)
+    ap.add_argument("--strategy", default="powertrain", choices=["powertrain", "binary-search"])
+    ap.add_argument("--trace", default=str(TRACE_DIR / "orin_agx_mobilenetv3_gld23k_train.csv"))
+    ap.add_argument("--board", default="orin-agx", choices=["orin-agx", "orin-nano"])
+    ap.add_argument("--time-scale", type=float, default=0.05,
+                    help="emulated step times are the trace's times this much (default 0.05)")
+    ap.add_argument("--workload", default="mobilenetv3-gld23k-bs16")
+    args = ap.parse_args(argv)
+
+    trace = Trace.load(args.trace)
+    best = trace.best_under(args.budget)
+    print(f"powerd demo: emulated {args.board} running {trace.name} "
+          f"({len(trace)} traced modes), budget {args.budget:g} W, strategy {args.strategy}")
+    with EmulatedBoard(args.board, trace, time_scale=args.time_scale,
+                       strategy=args.strategy) as board:
+        baseline = knob_snapshot(board.root)
+        print(f"daemon up at {board.endpoint} (log: {board.daemon_log})")
+        progress = Progress(board)
+        progress.start()
+        run = run_training_job(board.root, trace, args.budget, args.workload, args.time_scale,
+                               endpoint=board.endpoint, stay_tuned_s=1.0)
+        progress.stop_event.set()
+        progress.join()
+        status = None
+        # the job closed: the daemon must have put the board back
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and knob_snapshot(board.root) != baseline:
+            time.sleep(0.1)
+        restored = knob_snapshot(board.root) == baseline
+        status = board.status()
+
+    chosen = run.final_mode
+    print()
+    print(f"steps trained:      {run.steps} ({run.seconds:.1f} s at time scale {args.time_scale:g})")
+    print(f"modes profiled:     {len(run.seconds_per_mode) - 1 if run.seconds_per_mode else 0}")
+    if run.tuned_after_s is not None:
+        print(f"time to decision:   {run.tuned_after_s:.1f} s "
+              f"(~{run.tuned_after_s / args.time_scale / 60:.1f} min on a real board)")
+    if chosen is None or run.final_phase != "tuned":
+        print(f"powerd did not settle on a mode (phase {run.final_phase!r})")
+        return 1
+    row = trace.lookup(chosen)
+    print(f"chosen mode:        {_mode_str(chosen)}")
+    print(f"  true (trace):     {row.time_ms:8.1f} ms/step  {row.power_w:6.2f} W")
+    if best is not None:
+        print(f"best under {args.budget:g} W:    {_mode_str(best.mode)}")
+        print(f"  true (trace):     {best.time_ms:8.1f} ms/step  {best.power_w:6.2f} W")
+        print(f"time penalty:       {100 * (row.time_ms / best.time_ms - 1):.1f} %")
+    over = row.power_w - args.budget
+    print(f"budget check:       {'OK' if over <= 0.5 else f'OVER by {over:.2f} W'}")
+    print(f"baseline restored:  {'yes' if restored else 'NO'}")
+    del status
+    return 0 if restored and over <= 0.5 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

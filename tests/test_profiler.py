@@ -1,0 +1,91 @@
+import math
+
+from powerd.modes import PowerMode
+from powerd.profiler import ModeWindow, ProfilingCost, WindowSpec
+
+MODE = PowerMode(4, 1_000_000, 600_000_000, 2_000_000_000)
+SPEC = WindowSpec(settle_s=1.0, window_s=2.0, min_steps=5)
+
+
+def power_at(watts):
+    """A sampler stand-in: one sample every 0.1 s at a constant power."""
+    def samples(t0, t1):
+        n = int((t1 - t0) / 0.1)
+        return [(t0 + 0.1 * i, watts) for i in range(n)]
+    return samples
+
+
+def drive(win, step_s, until, watts, start=0.0):
+    t = start
+    result = None
+    while t < until and result is None:
+        t += step_s
+        win.add_steps([t])
+        result = win.poll(t, power_at(watts))
+    return result
+
+
+def test_settle_then_window_measures_median_step_and_mean_power():
+    win = ModeWindow(MODE, SPEC, budget_w=20, t_switch=0.0)
+    m = drive(win, 0.25, until=20, watts=15.0)
+    assert m is not None and not m.aborted_over_budget
+    assert math.isclose(m.time_ms, 250.0, rel_tol=1e-6)
+    assert m.power_w == 15.0
+    assert m.steps >= 5
+
+
+def test_steps_before_the_switch_and_during_settle_do_not_count():
+    win = ModeWindow(MODE, SPEC, budget_w=20, t_switch=10.0)
+    win.add_steps([9.0, 9.5])  # old mode
+    # slow steps during settle, then fast ones
+    t = 10.0
+    for _ in range(2):
+        t += 0.5
+        win.add_steps([t])
+        win.poll(t, power_at(10))
+    m = drive(win, 0.1, until=30, watts=10, start=t)
+    assert m is not None
+    assert m.time_ms < 150
+
+
+def test_slow_mode_waits_for_min_steps():
+    win = ModeWindow(MODE, SPEC, budget_w=20, t_switch=0.0)
+    m = drive(win, 0.9, until=60, watts=10)
+    assert m is not None
+    assert m.steps >= SPEC.min_steps
+    assert math.isclose(m.time_ms, 900.0, rel_tol=1e-6)
+
+
+def test_power_clearly_over_budget_stops_early():
+    win = ModeWindow(MODE, SPEC, budget_w=20, t_switch=0.0)
+    m = drive(win, 0.1, until=20, watts=23.0)
+    assert m is not None and m.aborted_over_budget
+    assert m.power_w == 23.0
+    # stopped well before a full window
+    assert m.steps < 20
+
+
+def test_a_pause_cancels_the_window_instead_of_corrupting_it():
+    win = ModeWindow(MODE, SPEC, budget_w=20, t_switch=0.0)
+    t = 0.0
+    for _ in range(14):  # settle + a few window steps
+        t += 0.1
+        win.add_steps([t])
+        assert win.poll(t, power_at(10)) is None
+    # the job pauses (evaluation, checkpoint) for 5 s without stepping
+    for _ in range(50):
+        t += 0.1
+        assert win.poll(t, power_at(10)) is None
+    assert win.cancelled == 1
+    m = drive(win, 0.1, until=t + 10, watts=10, start=t)
+    assert m is not None
+    assert math.isclose(m.time_ms, 100.0, rel_tol=1e-3)  # the 5 s gap is not a step
+
+
+def test_cost_accounts_time_above_budget():
+    cost = ProfilingCost()
+    samples = [(0.0, 10.0), (1.0, 21.5), (2.0, 20.5), (3.0, 10.0)]
+    cost.account(samples, budget_w=20)
+    assert cost.seconds == 3.0
+    assert cost.seconds_above_budget == 2.0
+    assert cost.seconds_above_budget_1w == 1.0
