@@ -24,8 +24,9 @@ def _setup_logging(verbose: bool = False) -> None:
     fmt = "%(levelname)s %(name)s: %(message)s"
     if sys.stderr.isatty() or os.environ.get("POWERD_LOG_TIMES"):
         fmt = "%(asctime)s " + fmt
-    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, format=fmt,
-                        stream=sys.stderr)
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO, format=fmt, stream=sys.stderr
+    )
 
 
 def _load(path: str | None):  # noqa: ANN202
@@ -162,8 +163,11 @@ def ctl_main(argv: list[str] | None = None) -> int:
             else:
                 print(format_status(reply.status))
         elif args.cmd in ("predict", "pareto"):
-            msg = p.Predict(workload=args.workload) if args.cmd == "predict" else p.Pareto(
-                workload=args.workload)
+            msg = (
+                p.Predict(workload=args.workload)
+                if args.cmd == "predict"
+                else p.Pareto(workload=args.workload)
+            )
             reply = call_once(endpoint, msg, timeout_s=30)
             assert isinstance(reply, p.Predictions)
             if args.cmd == "pareto" and args.plot:
@@ -185,8 +189,10 @@ def ctl_main(argv: list[str] | None = None) -> int:
             except PowerdError as exc:
                 if "not reachable" not in str(exc):
                     raise
-                print("powerctl: no daemon answered; restoring from the saved baseline",
-                      file=sys.stderr)
+                print(
+                    "powerctl: no daemon answered; restoring from the saved baseline",
+                    file=sys.stderr,
+                )
                 return _restore_offline(args.config)
     except PowerdError as exc:
         print(f"powerctl: {exc}", file=sys.stderr)
@@ -201,7 +207,8 @@ def format_status(s: dict[str, Any]) -> str:
         f"strategy  {s.get('strategy', '?')}, {s.get('mode_space_size', '?')} modes",
         f"mode      {_mode_str(mode) if mode else 'baseline (no job holds the board)'}",
         f"power     {s['power_w']:.2f} W" if s.get("power_w") is not None else "power     n/a",
-        f"budget    {s['budget_w']:g} W (limits {s['limits_w']['min']:g}-{s['limits_w']['max']:g} W)",
+        f"budget    {s['budget_w']:g} W "
+        f"(limits {s['limits_w']['min']:g}-{s['limits_w']['max']:g} W)",
     ]
     jobs = s.get("jobs") or []
     lines.append(f"jobs      {len(jobs) or 'none'}")
@@ -217,16 +224,22 @@ def format_status(s: dict[str, Any]) -> str:
 
 
 def _mode_str(m: dict[str, int]) -> str:
-    return (f"{m['cores']} cores, CPU {m['cpu_khz'] / 1e3:.0f} MHz, GPU {m['gpu_hz'] / 1e6:.0f} MHz,"
-            f" EMC {m['emc_hz'] / 1e6:.0f} MHz")
+    return (
+        f"{m['cores']} cores, CPU {m['cpu_khz'] / 1e3:.0f} MHz, GPU {m['gpu_hz'] / 1e6:.0f} MHz,"
+        f" EMC {m['emc_hz'] / 1e6:.0f} MHz"
+    )
 
 
 def format_rows(rows: list[dict[str, Any]]) -> str:
-    head = f"{'cores':>5} {'cpu MHz':>8} {'gpu MHz':>8} {'emc MHz':>8} {'time ms':>9} {'power W':>8}"
+    head = (
+        f"{'cores':>5} {'cpu MHz':>8} {'gpu MHz':>8} {'emc MHz':>8} {'time ms':>9} {'power W':>8}"
+    )
     out = [head]
     for r in rows:
-        out.append(f"{r['cores']:>5} {r['cpu_khz'] / 1e3:>8.0f} {r['gpu_hz'] / 1e6:>8.0f} "
-                   f"{r['emc_hz'] / 1e6:>8.0f} {r['time_ms']:>9.1f} {r['power_w']:>8.2f}")
+        out.append(
+            f"{r['cores']:>5} {r['cpu_khz'] / 1e3:>8.0f} {r['gpu_hz'] / 1e6:>8.0f} "
+            f"{r['emc_hz'] / 1e6:>8.0f} {r['time_ms']:>9.1f} {r['power_w']:>8.2f}"
+        )
     return "\n".join(out)
 
 

@@ -26,7 +26,9 @@ from powerd.modes import PowerMode
 
 log = logging.getLogger("powerd.client")
 
-DEFAULT_ENDPOINT = "ipc:///run/powerd/powerd.sock"  # also in powerd.config (the client imports no daemon code)
+DEFAULT_ENDPOINT = (
+    "ipc:///run/powerd/powerd.sock"  # also in powerd.config (the client imports no daemon code)
+)
 CONNECT_TIMEOUT_S = 1.5  # the contract promises DaemonUnavailable within 2 s
 CALL_TIMEOUT_S = 10.0
 FLUSH_INTERVAL_S = 0.05
@@ -70,7 +72,9 @@ def _check_ipc_path(endpoint: str) -> None:
 def _raise_for_error(reply: p.Reply) -> p.Reply:
     if isinstance(reply, p.Error):
         if reply.code == "budget_rejected":
-            raise BudgetRejected(reply.message, reply.details.get("min_w"), reply.details.get("max_w"))
+            raise BudgetRejected(
+                reply.message, reply.details.get("min_w"), reply.details.get("max_w")
+            )
         raise RequestFailed(reply.code, reply.message)
     return reply
 

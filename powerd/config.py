@@ -73,7 +73,8 @@ class BudgetConfig(_Section):
     def _ordered(self) -> BudgetConfig:
         if not self.min_w <= self.default_w <= self.max_w:
             raise ValueError(
-                f"need min_w <= default_w <= max_w, got {self.min_w} / {self.default_w} / {self.max_w}"
+                "need min_w <= default_w <= max_w, "
+                f"got {self.min_w} / {self.default_w} / {self.max_w}"
             )
         return self
 

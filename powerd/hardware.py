@@ -22,8 +22,9 @@ class HardwareError(Exception):
 
 
 class Hardware:
-    def __init__(self, board: BoardInfo, space: ModeSpace, controller: Controller,
-                 sampler: PowerSampler):
+    def __init__(
+        self, board: BoardInfo, space: ModeSpace, controller: Controller, sampler: PowerSampler
+    ):
         self.board = board
         self.space = space
         self.controller = controller
@@ -46,9 +47,16 @@ class Hardware:
         except DeviceError as exc:
             raise HardwareError(f"cannot drive the board under root {root!r}: {exc}") from None
         sampler = PowerSampler(reader, cfg.power.sample_interval_ms / 1000.0).start()
-        log.info("board %s (L4T %s): %d power modes (%d core counts x %d CPU x %d GPU x %d EMC)",
-                 board.model, board.l4t, space.size, len(space.cores), len(space.cpu_khz),
-                 len(space.gpu_hz), len(space.emc_hz))
+        log.info(
+            "board %s (L4T %s): %d power modes (%d core counts x %d CPU x %d GPU x %d EMC)",
+            board.model,
+            board.l4t,
+            space.size,
+            len(space.cores),
+            len(space.cpu_khz),
+            len(space.gpu_hz),
+            len(space.emc_hz),
+        )
         return cls(board, space, controller, sampler)
 
     @property

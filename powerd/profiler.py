@@ -42,7 +42,9 @@ class ModeWindow:
     state: str = "settling"  # settling -> measuring -> done
     window_start: float = math.nan
     cancelled: int = 0
-    _anchor: float | None = None  # last step before the window (its end starts the window's first step)
+    _anchor: float | None = (
+        None  # last step before the window (its end starts the window's first step)
+    )
     _intervals: list[float] = field(default_factory=list)
     _last_step: float | None = None
 
@@ -92,7 +94,10 @@ class ModeWindow:
             mean_w = statistics.fmean(watts)
             if mean_w > self.budget_w + self.spec.abort_margin_w:
                 return self._finish(mean_w, aborted=True)
-        if len(self._intervals) >= self.spec.min_steps and now - self.window_start >= self.spec.window_s:
+        if (
+            len(self._intervals) >= self.spec.min_steps
+            and now - self.window_start >= self.spec.window_s
+        ):
             if not watts:
                 return None  # the sampler is behind; wait for a reading
             return self._finish(statistics.fmean(watts), aborted=False)
@@ -130,7 +135,7 @@ class ProfilingCost:
     seconds_above_budget_1w: float = 0.0  # ... above the budget + 1 W
 
     def account(self, samples: Sequence[tuple[float, float]], budget_w: float) -> None:
-        for (t0, w), (t1, _) in zip(samples, samples[1:]):
+        for (t0, w), (t1, _) in zip(samples, samples[1:], strict=False):
             dt = t1 - t0
             self.seconds += dt
             if w > budget_w:

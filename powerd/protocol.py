@@ -96,13 +96,29 @@ class Restore(_Msg):
 
 
 Request = Annotated[
-    Register | Steps | SetBudget | SetRate | Close | Status | Predict | Pareto | SetDefaultBudget
+    Register
+    | Steps
+    | SetBudget
+    | SetRate
+    | Close
+    | Status
+    | Predict
+    | Pareto
+    | SetDefaultBudget
     | Restore,
     Field(discriminator="type"),
 ]
 REQUEST_TYPES = (
-    "register", "steps", "set_budget", "set_rate", "close", "status", "predict", "pareto",
-    "set_default_budget", "restore",
+    "register",
+    "steps",
+    "set_budget",
+    "set_rate",
+    "close",
+    "status",
+    "predict",
+    "pareto",
+    "set_default_budget",
+    "restore",
 )
 ADMIN_TYPES = ("set_default_budget", "restore")
 _request_adapter: TypeAdapter[Request] = TypeAdapter(Request)
@@ -142,8 +158,13 @@ class Predictions(_Msg):
 
 
 ErrorCode = Literal[
-    "bad_request", "unsupported_version", "unknown_job", "budget_rejected", "forbidden",
-    "not_found", "internal",
+    "bad_request",
+    "unsupported_version",
+    "unknown_job",
+    "budget_rejected",
+    "forbidden",
+    "not_found",
+    "internal",
 ]
 
 
@@ -205,4 +226,3 @@ def decode_reply(raw: bytes) -> Reply:
 
 def encode(msg: BaseModel) -> bytes:
     return msg.model_dump_json().encode()
-

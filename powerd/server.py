@@ -149,7 +149,8 @@ class Daemon:
         job = self.jobs.get(job_id)
         if job is None:
             return p.Error(
-                id=msg_id, code="unknown_job",
+                id=msg_id,
+                code="unknown_job",
                 message=f"no job {job_id}: it ended, or its heartbeats stopped for longer than "
                 f"{self.heartbeat_timeout_s:g} s",
             )
@@ -158,7 +159,8 @@ class Daemon:
     def _on_register(self, req: p.Register, identity: bytes, now: float) -> p.BaseModel:
         if req.kind != "training":
             return p.Error(
-                id=req.id, code="bad_request",
+                id=req.id,
+                code="bad_request",
                 message="kind='inference' is not supported by this powerd version yet",
             )
         budget = self.default_budget_w if req.budget_w is None else req.budget_w
@@ -170,13 +172,21 @@ class Daemon:
         workload = self._workload(req.kind, name, persistent=req.workload is not None)
         old_budget = self.effective_budget()
         job = JobRecord(
-            id=job_id, kind=req.kind, workload=workload, budget_w=budget, identity=identity,
-            pid=req.pid, last_seen=now, registered=now, latency_ms=req.latency_ms,
+            id=job_id,
+            kind=req.kind,
+            workload=workload,
+            budget_w=budget,
+            identity=identity,
+            pid=req.pid,
+            last_seen=now,
+            registered=now,
+            latency_ms=req.latency_ms,
             rate_hz=req.rate_hz,
         )
         self.jobs[job_id] = job
-        log.info("job %s registered: workload %s, budget %g W, pid %s", job_id, name, budget,
-                 req.pid)
+        log.info(
+            "job %s registered: workload %s, budget %g W, pid %s", job_id, name, budget, req.pid
+        )
         if self.effective_budget() != old_budget:
             self._budget_changed()
         self._arbitrate()  # so the first reply already says whether it profiles or waits
@@ -365,8 +375,13 @@ class Daemon:
                 log.error("could not save samples of %s: %s", workload.name, exc)
 
     def _on_commit(self, mode: PowerMode, m: Measurement) -> None:
-        log.info("pinned %s: measured %.1f ms/step at %.2f W (budget %g W)", mode, m.time_ms,
-                 m.power_w, self.effective_budget())
+        log.info(
+            "pinned %s: measured %.1f ms/step at %.2f W (budget %g W)",
+            mode,
+            m.time_ms,
+            m.power_w,
+            self.effective_budget(),
+        )
 
     # ---- status -------------------------------------------------------------------------
     def status(self) -> dict[str, Any]:
@@ -384,17 +399,24 @@ class Daemon:
             "strategy": self.cfg.strategy.name,
             "mode_space_size": self.device.space.size,
             "jobs": [j.describe(self.phase_of(j)) for j in self.jobs.values()],
-            "tuner": None if self.tuner is None else {
+            "tuner": None
+            if self.tuner is None
+            else {
                 "job": self.tuner_job,
                 "state": self.tuner.state,
-                "measuring": None if self.tuner.window is None else self.tuner.window.mode.as_dict(),
-                "committed": None if self.tuner.committed is None
+                "measuring": None
+                if self.tuner.window is None
+                else self.tuner.window.mode.as_dict(),
+                "committed": None
+                if self.tuner.committed is None
                 else self.tuner.committed.mode.as_dict(),
                 "decided_after_s": self.tuner.decided_after_s,
                 "profiling": self.tuner.workload.cost.as_dict(),
             },
-            "workloads": sorted({w.name for w in self.workloads.values() if w.persistent}
-                                | set(self.store.workloads(self.device.board.key))),
+            "workloads": sorted(
+                {w.name for w in self.workloads.values() if w.persistent}
+                | set(self.store.workloads(self.device.board.key))
+            ),
         }
 
     def shutdown(self) -> None:
@@ -408,7 +430,7 @@ class Daemon:
 
 
 def _ipc_path(endpoint: str) -> Path | None:
-    return Path(endpoint[len("ipc://"):]) if endpoint.startswith("ipc://") else None
+    return Path(endpoint[len("ipc://") :]) if endpoint.startswith("ipc://") else None
 
 
 def _prepare_ipc(endpoint: str) -> None:
@@ -456,8 +478,10 @@ class Server:
     def serve(self) -> None:
         cfg = self.daemon.cfg.server
         ctx = zmq.Context.instance()
-        endpoints = [(cfg.endpoint, cfg.socket_group, False),
-                     (admin_endpoint(cfg.endpoint), cfg.admin_group, True)]
+        endpoints = [
+            (cfg.endpoint, cfg.socket_group, False),
+            (admin_endpoint(cfg.endpoint), cfg.admin_group, True),
+        ]
         socks: dict[zmq.Socket, bool] = {}
         poller = zmq.Poller()
         try:
@@ -523,4 +547,3 @@ class Server:
 
         signal.signal(signal.SIGTERM, stop)
         signal.signal(signal.SIGINT, stop)
-

@@ -95,8 +95,11 @@ class Store:
             if data.schema_version != SCHEMA_VERSION:
                 raise ValueError(f"schema version {data.schema_version}")
         except (OSError, ValueError, ValidationError) as exc:
-            log.error("ignoring corrupt samples file %s (%s); the workload will be profiled "
-                      "again", path, str(exc).splitlines()[0])
+            log.error(
+                "ignoring corrupt samples file %s (%s); the workload will be profiled again",
+                path,
+                str(exc).splitlines()[0],
+            )
             return {}
         out = {}
         for r in data.samples:

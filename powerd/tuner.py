@@ -60,7 +60,9 @@ class TunerHooks:
 
 
 class Tuner:
-    def __init__(self, workload: WorkloadState, budget_w: float, spec: WindowSpec, hooks: TunerHooks):
+    def __init__(
+        self, workload: WorkloadState, budget_w: float, spec: WindowSpec, hooks: TunerHooks
+    ):
         self.workload = workload
         self.budget_w = budget_w
         self.spec = spec
@@ -141,8 +143,10 @@ class Tuner:
             self.decided_after_s = now - self.started
         m = w.samples.get(action.mode)
         self.message = (
-            "" if action.feasible else
-            f"no measured mode fits {self.budget_w:g} W; holding the lowest-power mode measured"
+            ""
+            if action.feasible
+            else f"no measured mode fits {self.budget_w:g} W: "
+            "holding the lowest-power mode measured"
         )
         if m is not None:
             self.hooks.on_commit(action.mode, m)
@@ -174,7 +178,10 @@ class Tuner:
         w.cost.modes_measured += 1
         w.samples[result.mode] = result
         log.info(
-            "measured %s: %.1f ms/step, %.2f W%s", result.mode, result.time_ms, result.power_w,
+            "measured %s: %.1f ms/step, %.2f W%s",
+            result.mode,
+            result.time_ms,
+            result.power_w,
             " (stopped early: over budget)" if result.aborted_over_budget else "",
         )
         self.hooks.on_sample(w)

@@ -58,7 +58,9 @@ def test_syntax_error_is_reported(tmp_path):
 def _check_config(path):
     return subprocess.run(
         [sys.executable, "-m", "powerd.cli", "check-config", str(path)],
-        capture_output=True, text=True, timeout=60,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
 
 

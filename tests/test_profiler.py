@@ -9,9 +9,11 @@ SPEC = WindowSpec(settle_s=1.0, window_s=2.0, min_steps=5)
 
 def power_at(watts):
     """A sampler stand-in: one sample every 0.1 s at a constant power."""
+
     def samples(t0, t1):
         n = int((t1 - t0) / 0.1)
         return [(t0 + 0.1 * i, watts) for i in range(n)]
+
     return samples
 
 

@@ -51,11 +51,15 @@ def test_error_echoes_the_request_id():
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.recursive(
-    st.none() | st.booleans() | st.floats() | st.integers() | st.text(max_size=20),
-    lambda kids: st.lists(kids, max_size=4) | st.dictionaries(st.text(max_size=8), kids, max_size=4),
-    max_leaves=20,
-))
+@given(
+    st.recursive(
+        st.none() | st.booleans() | st.floats() | st.integers() | st.text(max_size=20),
+        lambda kids: (
+            st.lists(kids, max_size=4) | st.dictionaries(st.text(max_size=8), kids, max_size=4)
+        ),
+        max_leaves=20,
+    )
+)
 def test_decoder_never_raises_anything_but_protocol_error(obj):
     raw = json.dumps(obj).encode()
     try:

@@ -49,9 +49,16 @@ def test_status_json_has_the_contract_keys(board):
     )
     assert res.returncode == 0
     out = subprocess.run(
-        [sys.executable, "-c", "from powerd.cli import ctl_main; import sys; sys.exit(ctl_main())",
-         "status", "--json"],
-        capture_output=True, text=True, env=dict(os.environ, POWERD_ENDPOINT=board.endpoint),
+        [
+            sys.executable,
+            "-c",
+            "from powerd.cli import ctl_main; import sys; sys.exit(ctl_main())",
+            "status",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, POWERD_ENDPOINT=board.endpoint),
         timeout=30,
     )
     assert out.returncode == 0, out.stderr
@@ -64,8 +71,9 @@ def test_status_json_has_the_contract_keys(board):
 
 
 def test_training_job_gets_a_budget_safe_mode_and_the_board_is_restored(board, trace):
-    run = run_training_job(board.root, trace, 25, "mobilenet", TS, endpoint=board.endpoint,
-                           max_s=120)
+    run = run_training_job(
+        board.root, trace, 25, "mobilenet", TS, endpoint=board.endpoint, max_s=120
+    )
     assert run.final_phase == "tuned", board.log_tail()
     row = trace.lookup(run.final_mode)
     assert row.power_w <= 25.5
@@ -80,8 +88,7 @@ def test_same_workload_again_skips_profiling(board, trace):
     run_training_job(board.root, trace, 22, "again", TS, endpoint=board.endpoint, max_s=120)
     samples_file = next(board.state_dir.glob("workloads/*/again/samples.json"))
     n = len(json.loads(samples_file.read_text())["samples"])
-    run = run_training_job(board.root, trace, 22, "again", TS, endpoint=board.endpoint,
-                           max_s=60)
+    run = run_training_job(board.root, trace, 22, "again", TS, endpoint=board.endpoint, max_s=60)
     assert run.final_phase == "tuned"
     assert len(json.loads(samples_file.read_text())["samples"]) == n
     assert "profiling" not in [ph for _, ph in run.phases[1:]]
@@ -120,9 +127,13 @@ def test_malformed_messages_get_errors_and_the_daemon_keeps_serving(board):
     sock.setsockopt(zmq.LINGER, 0)
     sock.connect(board.endpoint)
     try:
-        for raw in (b"garbage", b'{"v": 1, "type": "register", "budget_w": "x"}',
-                    b'{"v": 7, "type": "status"}', b'{"v": 1, "type": "steps", "job": "nope"}',
-                    b'{"v": 1, "type": "restore"}'):
+        for raw in (
+            b"garbage",
+            b'{"v": 1, "type": "register", "budget_w": "x"}',
+            b'{"v": 7, "type": "status"}',
+            b'{"v": 1, "type": "steps", "job": "nope"}',
+            b'{"v": 1, "type": "restore"}',
+        ):
             sock.send(raw)
             assert sock.poll(3000), f"no answer to {raw!r}"
             reply = p.decode_reply(sock.recv())
@@ -154,8 +165,15 @@ JOB_SCRIPT = textwrap.dedent("""
 
 def _start_job_process(board):
     return subprocess.Popen(
-        [sys.executable, "-c", JOB_SCRIPT, str(board.root), str(MOBILENET), board.endpoint,
-         str(TS)],
+        [
+            sys.executable,
+            "-c",
+            JOB_SCRIPT,
+            str(board.root),
+            str(MOBILENET),
+            board.endpoint,
+            str(TS),
+        ],
     )
 
 
@@ -163,6 +181,7 @@ def _wait_profiling(board):
     def profiling():
         jobs = board.status()["jobs"]
         return bool(jobs) and jobs[0]["phase"] == "profiling" and jobs[0]["profiled_modes"] >= 1
+
     wait_for(profiling, 60, "profiling to start")
     assert knob_snapshot(board.root) != board.baseline
 
@@ -175,8 +194,11 @@ def test_client_killed_mid_profile_restores_baseline(board):
         proc.wait()
         t0 = time.monotonic()
         timeout = board.config.server.heartbeat_timeout_ms / 1000
-        wait_for(lambda: knob_snapshot(board.root) == board.baseline, timeout + 3,
-                 "baseline after the client died")
+        wait_for(
+            lambda: knob_snapshot(board.root) == board.baseline,
+            timeout + 3,
+            "baseline after the client died",
+        )
         assert time.monotonic() - t0 <= timeout + 3
         assert board.status()["jobs"] == []
     finally:
@@ -202,7 +224,9 @@ def test_crash_mid_profile_is_recovered_at_start_and_by_powerd_restore(board):
         assert (board.state_dir / "baseline.json").exists()
         res = subprocess.run(
             [sys.executable, "-m", "powerd.cli", "restore", "--config", str(board.config_path)],
-            capture_output=True, text=True, timeout=30,
+            capture_output=True,
+            text=True,
+            timeout=30,
         )
         assert res.returncode == 0, res.stdout + res.stderr
         assert knob_snapshot(board.root) == board.baseline
@@ -235,8 +259,7 @@ def test_a_second_workload_waits_its_turn(board, trace):
                     wait_for(lambda: b.phase in ("queued", "profiling"), 5, "second registered")
                     if a.phase == "profiling":
                         assert b.phase == "queued"
-                    wait_for(lambda: a.phase == "tuned" and b.phase == "tuned", 120,
-                             "both tuned")
+                    wait_for(lambda: a.phase == "tuned" and b.phase == "tuned", 120, "both tuned")
                 finally:
                     sb.stop()
         finally:
@@ -263,6 +286,7 @@ def test_no_daemon_raises_within_2s_or_runs_noop(tmp_path):
 
 
 # ---- helpers ------------------------------------------------------------------------------
+
 
 class _Stepper:
     """Steps a job from a thread with the trace's (scaled) step times."""

@@ -2,8 +2,8 @@
 """Decision benchmark: replay a trace through the emulator and the real daemon over a sweep
 of budgets, and compare each pinned mode with the trace's brute-force best under the budget.
 
-    .venv/bin/python tools/bench_decisions.py --trace powerd/sim/traces/orin_agx_mobilenetv3_gld23k_train.csv \
-        --board orin-agx --budgets 17:50 --strategy binary-search
+    .venv/bin/python tools/bench_decisions.py --board orin-agx --budgets 17:50 \
+        --trace powerd/sim/traces/orin_agx_mobilenetv3_gld23k_train.csv --strategy binary-search
 
 One job per budget. By default the budgets share one workload (samples and the fitted model
 carry over, as for a real workload whose budget changes); --fresh gives every budget a new
@@ -34,7 +34,9 @@ def parse_budgets(text: str) -> list[float]:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--trace", required=True)
     ap.add_argument("--board", default="orin-agx", choices=["orin-agx", "orin-nano"])
     ap.add_argument("--budgets", default="17:50", help="lo:hi (1 W steps) or a,b,c")
@@ -48,21 +50,35 @@ def main() -> int:
     budgets = parse_budgets(args.budgets)
     rows = []
     t_start = time.monotonic()
-    with EmulatedBoard(args.board, trace, time_scale=args.time_scale, strategy=args.strategy,
-                       seed=args.seed) as board:
+    with EmulatedBoard(
+        args.board, trace, time_scale=args.time_scale, strategy=args.strategy, seed=args.seed
+    ) as board:
         store = Store(board.state_dir)
         board_key = board.status()["board_key"]
-        print(f"{trace.name} on emulated {args.board}, strategy {args.strategy}, "
-              f"{len(budgets)} budgets, time scale {args.time_scale:g}", flush=True)
-        print(f"{'budget':>6} {'new':>4} {'chosen (c/cpu/gpu/emc MHz)':>28} {'true ms':>8} "
-              f"{'true W':>7} {'best ms':>8} {'best W':>7} {'penalty':>8} {'over':>6} {'decide s':>8}")
+        print(
+            f"{trace.name} on emulated {args.board}, strategy {args.strategy}, "
+            f"{len(budgets)} budgets, time scale {args.time_scale:g}",
+            flush=True,
+        )
+        print(
+            f"{'budget':>6} {'new':>4} {'chosen (c/cpu/gpu/emc MHz)':>28} {'true ms':>8} "
+            f"{'true W':>7} {'best ms':>8} {'best W':>7} {'penalty':>8} {'over':>6} {'decide s':>8}"
+        )
         seen = 0
         for i, b in enumerate(budgets):
             workload = f"{trace.name}-{b:g}W" if args.fresh else trace.name
             before = 0 if args.fresh else seen
-            run = run_training_job(board.root, trace, b, workload, args.time_scale,
-                                   endpoint=board.endpoint, stay_tuned_s=0.3, seed=args.seed + i,
-                                   max_s=300)
+            run = run_training_job(
+                board.root,
+                trace,
+                b,
+                workload,
+                args.time_scale,
+                endpoint=board.endpoint,
+                stay_tuned_s=0.3,
+                seed=args.seed + i,
+                max_s=300,
+            )
             samples = store.load_samples(board_key, workload)
             seen = len(samples)
             best = trace.best_under(b)
@@ -73,11 +89,21 @@ def main() -> int:
             pen = row.time_ms / best.time_ms - 1
             m = run.final_mode
             desc = f"{m.cores}/{m.cpu_khz // 1000}/{m.gpu_hz // 10**6}/{m.emc_hz // 10**6}"
-            rows.append(dict(budget=b, new=seen - before, penalty=pen, over=row.power_w - b,
-                             decide_s=run.tuned_after_s or 0.0))
-            print(f"{b:>6g} {seen - before:>4} {desc:>28} {row.time_ms:>8.1f} {row.power_w:>7.2f} "
-                  f"{best.time_ms:>8.1f} {best.power_w:>7.2f} {100 * pen:>7.1f}% "
-                  f"{row.power_w - b:>+6.2f} {run.tuned_after_s or 0:>8.1f}", flush=True)
+            rows.append(
+                dict(
+                    budget=b,
+                    new=seen - before,
+                    penalty=pen,
+                    over=row.power_w - b,
+                    decide_s=run.tuned_after_s or 0.0,
+                )
+            )
+            print(
+                f"{b:>6g} {seen - before:>4} {desc:>28} {row.time_ms:>8.1f} {row.power_w:>7.2f} "
+                f"{best.time_ms:>8.1f} {best.power_w:>7.2f} {100 * pen:>7.1f}% "
+                f"{row.power_w - b:>+6.2f} {run.tuned_after_s or 0:>8.1f}",
+                flush=True,
+            )
         status = board.status()
     if not rows:
         return 1
@@ -85,13 +111,19 @@ def main() -> int:
     over = [r for r in rows if r["over"] > 0.5]
     print()
     print(f"budgets decided:          {len(rows)}/{len(budgets)}")
-    print(f"time penalty:             median {100 * statistics.median(pens):.1f} %, "
-          f"mean {100 * statistics.fmean(pens):.1f} %, max {100 * max(pens):.1f} %")
+    print(
+        f"time penalty:             median {100 * statistics.median(pens):.1f} %, "
+        f"mean {100 * statistics.fmean(pens):.1f} %, max {100 * max(pens):.1f} %"
+    )
     print(f"over budget by > 0.5 W:   {len(over)} ({100 * len(over) / len(rows):.1f} % of budgets)")
-    print(f"modes profiled:           {sum(r['new'] for r in rows)} in all, "
-          f"{statistics.fmean(r['new'] for r in rows):.1f} per budget")
-    print(f"time to decision:         median {statistics.median(r['decide_s'] for r in rows):.1f} s "
-          f"(time scale {args.time_scale:g})")
+    print(
+        f"modes profiled:           {sum(r['new'] for r in rows)} in all, "
+        f"{statistics.fmean(r['new'] for r in rows):.1f} per budget"
+    )
+    print(
+        f"time to decision:         median {statistics.median(r['decide_s'] for r in rows):.1f} s "
+        f"(time scale {args.time_scale:g})"
+    )
     print(f"wall time:                {time.monotonic() - t_start:.0f} s")
     del status
     return 0

@@ -39,11 +39,12 @@ from powerd.predictor.features import (  # noqa: E402
     feature_names,
     mode_features,
 )
-from powerd.predictor.finetune_worker import build_mlp, to_weights  # noqa: E402
+from powerd.predictor.finetune_worker import build_net, to_weights  # noqa: E402
 from powerd.predictor.onnx_graph import reference_model  # noqa: E402
 
 CORPUS = REPO / "models" / "corpus" / "orin_agx_resnet18_imagenet_train.csv"
-HIDDEN = [256, 128, 64]
+HIDDEN = [128, 64, 64]
+MEMBERS = 4
 
 
 def load_csv(path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -68,55 +69,77 @@ def mape(pred: np.ndarray, true: np.ndarray) -> float:
     return float(np.mean(np.abs(pred - true) / np.abs(true)) * 100)
 
 
+def train_member(
+    feats: np.ndarray,
+    target: np.ndarray,
+    idx: tuple[np.ndarray, np.ndarray, np.ndarray],
+    scaler: dict[str, Any],
+    seed: int,
+    args: argparse.Namespace,
+) -> tuple[Any, int]:
+    """Train one member on the standardised data; keep its best-validation weights."""
+    tr, va, _ = idx
+    x = torch.tensor((feats - scaler["x_mean"]) / scaler["x_std"], dtype=torch.float32)
+    y = torch.tensor((target - scaler["y_mean"]) / scaler["y_std"], dtype=torch.float32)
+    torch.manual_seed(seed)
+    net = build_net(feats.shape[1], args.hidden, [args.dropout, args.dropout], 1)
+    opt = torch.optim.Adam(net.parameters(), lr=args.lr, weight_decay=args.weight_decay)
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=args.epochs)
+    gen = torch.Generator().manual_seed(seed)
+    xt, yt, xv, yv = x[tr], y[tr], x[va], y[va]
+    best: tuple[float, int, Any] = (float("inf"), 0, None)
+    for epoch in range(args.epochs):
+        net.train()
+        for b in torch.randperm(len(tr), generator=gen).split(args.batch):
+            opt.zero_grad()
+            loss = torch.mean((net(xt[b]) - yt[b]) ** 2)
+            loss.backward()
+            opt.step()
+        sched.step()
+        net.eval()
+        with torch.no_grad():
+            v = float(torch.mean((net(xv) - yv) ** 2))
+        if v < best[0]:
+            best = (v, epoch, {k: t.clone() for k, t in net.state_dict().items()})
+    net.load_state_dict(best[2])
+    return net, best[1]
+
+
 def train_one(
     name: str,
     feats: np.ndarray,
     target: np.ndarray,
     idx: tuple[np.ndarray, np.ndarray, np.ndarray],
     args: argparse.Namespace,
-) -> tuple[torch.nn.Sequential, dict[str, Any]]:
-    """Train one MLP on standardised features/target; keep the best-validation weights."""
-    tr, va, _ = idx
-    x_mean, x_std = feats[tr].mean(0), feats[tr].std(0)
-    y_mean, y_std = float(target[tr].mean()), float(target[tr].std())
-    x = torch.tensor((feats - x_mean) / x_std, dtype=torch.float32)
-    y = torch.tensor((target - y_mean) / y_std, dtype=torch.float32)
-    torch.manual_seed(args.seed + (0 if name == "time" else 1))
-    net = build_mlp(feats.shape[1], HIDDEN, [args.dropout, args.dropout])
-    opt = torch.optim.Adam(net.parameters(), lr=args.lr, weight_decay=args.weight_decay)
-    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=args.epochs)
-    gen = torch.Generator().manual_seed(args.seed)
-    xt, yt, xv, yv = x[tr], y[tr], x[va], y[va]
-    best = (float("inf"), 0, None)
-    for epoch in range(args.epochs):
-        net.train()
-        for b in torch.randperm(len(tr), generator=gen).split(args.batch):
-            opt.zero_grad()
-            loss = torch.mean((net(xt[b])[:, 0] - yt[b]) ** 2)
-            loss.backward()
-            opt.step()
-        sched.step()
-        net.eval()
-        with torch.no_grad():
-            v = float(torch.mean((net(xv)[:, 0] - yv) ** 2))
-        if v < best[0]:
-            best = (v, epoch, {k: t.clone() for k, t in net.state_dict().items()})
-    net.load_state_dict(best[2])
-    net.eval()
+) -> tuple[Any, dict[str, Any]]:
+    """Train `args.members` independent members (own init and shuffling) on one split and
+    join them: the mean of independently trained nets varies far less with the seed than
+    one net, and their joined activations give the refit a richer basis."""
+    tr = idx[0]
     scaler = {
-        "x_mean": x_mean.tolist(),
-        "x_std": x_std.tolist(),
-        "y_mean": y_mean,
-        "y_std": y_std,
-        "best_epoch": best[1],
+        "x_mean": feats[tr].mean(0),
+        "x_std": feats[tr].std(0),
+        "y_mean": float(target[tr].mean()),
+        "y_std": float(target[tr].std()),
     }
-    return net, scaler
+    ens = build_net(feats.shape[1], args.hidden, [args.dropout, args.dropout], args.members)
+    epochs = []
+    for m in range(args.members):
+        seed = args.seed * 1000 + (0 if name == "time" else 100) + m
+        net, ep = train_member(feats, target, idx, scaler, seed, args)
+        ens.trunks[m].load_state_dict(net.trunks[0].state_dict())
+        ens.heads[m].load_state_dict(net.heads[0].state_dict())
+        epochs.append(ep)
+    ens.eval()
+    out = {k: (v.tolist() if isinstance(v, np.ndarray) else v) for k, v in scaler.items()}
+    out["best_epochs"] = epochs
+    return ens, out
 
 
-def embed_std(net: torch.nn.Sequential, x: torch.Tensor) -> list[float]:
+def embed_std(net: Any, x: torch.Tensor) -> list[float]:
     """Std of each penultimate unit over the corpus: the refit's fixed column scale."""
     with torch.no_grad():
-        h = net[:-1](x).numpy()
+        h = net.embed(x).numpy()
     return h.std(0).tolist()
 
 
@@ -131,6 +154,8 @@ def main() -> int:
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--weight-decay", type=float, default=0.0)
     ap.add_argument("--dropout", type=float, default=0.1)
+    ap.add_argument("--hidden", type=lambda v: [int(x) for x in v.split(",")], default=HIDDEN)
+    ap.add_argument("--members", type=int, default=MEMBERS)
     ap.add_argument("--threads", type=int, default=1, help="torch threads (1: reproducible)")
     args = ap.parse_args()
 
@@ -155,7 +180,7 @@ def main() -> int:
         x_all = torch.tensor((feats - np.array(sc["x_mean"])) / np.array(sc["x_std"]),
                              dtype=torch.float32)
         with torch.no_grad():
-            pred = net(x_all)[:, 0].numpy().astype(np.float64) * sc["y_std"] + sc["y_mean"]
+            pred = net(x_all).numpy().astype(np.float64) * sc["y_std"] + sc["y_mean"]
         true = t_ms if name == "time" else p_w
         pred = np.exp(pred) if name == "time" else pred
         for part, ix in zip(("train", "val", "test"), idx, strict=True):
@@ -169,7 +194,7 @@ def main() -> int:
             "embed_std": embed_std(net, x_all),
             "train_seconds": round(time.perf_counter() - t0, 1),
         }
-        print(f"{name}: best epoch {sc['best_epoch']}, test MAPE "
+        print(f"{name}: best epochs {sc['best_epochs']}, test MAPE "
               f"{metrics[f'{name}_mape_test']:.2f}% ({models[name]['train_seconds']} s)")
 
     args.out.mkdir(parents=True, exist_ok=True)
@@ -186,7 +211,7 @@ def main() -> int:
         y_onnx, h_onnx = sess.run(["y", "h"], {"modes": modes})
         y_np, h_np = w.forward_features(feats)
         err = float(np.max(np.abs(y_onnx - y_np)))
-        if err > 1e-3 or h_onnx.shape[1] != HIDDEN[-1]:
+        if err > 1e-3 or h_onnx.shape[1] != args.hidden[-1] * args.members:
             raise SystemExit(f"{name}: ONNX disagrees with the trained weights (max err {err})")
     for name in ("time", "power"):
         (args.out / f"{name}.onnx").write_bytes(onnx_bytes[name])
@@ -201,8 +226,9 @@ def main() -> int:
             "rows": len(modes),
         },
         "architecture": {
-            "hidden": HIDDEN,
+            "hidden": args.hidden,
             "dropout": [args.dropout, args.dropout],
+            "members": args.members,
             "activation": "relu",
         },
         "training": {
@@ -259,7 +285,7 @@ workload from a few dozen profiled modes (`powerd.predictor.transfer`).
   `{meta['models']['time']['feature_set']}`): {feats}, in cores and GHz; standardised with
   the training split's mean/std (`scaler.json`). The ONNX graphs compute the features
   themselves from the raw int64 modes.
-- Two MLPs, dense {'-'.join(map(str, HIDDEN))}-1, ReLU, dropout {args.dropout} after the
+- Two MLPs, dense {"-".join(map(str, args.hidden))}-1, ReLU, dropout {args.dropout} after the
   first two hidden layers; Adam lr {args.lr} (cosine decay), batch {args.batch},
   {args.epochs} epochs, MSE on the standardised target, best-validation weights kept.
 - `time`: target log(step ms); `power`: target board power in W.

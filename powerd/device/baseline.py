@@ -177,9 +177,11 @@ class Baseline:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
             raise DeviceError(f"saved baseline {self.path} is corrupt: {exc}") from None
+        if not isinstance(data, dict) or not {"online", "limits", "flags"} <= data.keys():
+            raise DeviceError(f"saved baseline {self.path} is corrupt: missing sections")
         if data.get("version") != FORMAT_VERSION:
             raise DeviceError(f"saved baseline {self.path}: unknown version {data.get('version')}")
-        return data
+        return dict(data)
 
     def discard(self) -> None:
         if self.path is None:
@@ -197,7 +199,11 @@ class Baseline:
         if data is None:
             return RestoreReport(self.path, found=False)
         report = RestoreReport(self.path, found=True)
-        _Restorer(self.dev, data, report).run(timeout_s)
+        try:
+            _Restorer(self.dev, data, report).run(timeout_s)
+        except (KeyError, TypeError, ValueError) as exc:  # a hand-edited or damaged file
+            report.problems.append(f"saved baseline {self.path} is malformed: {exc!r}")
+            report.restored = False
         if report.restored:
             self.discard()
             log.info("%s", report)

@@ -33,7 +33,7 @@ EXIT_NO_TORCH = 3
 EXIT_BAD_INPUT = 2
 
 DEFAULT_OPTIONS: dict[str, Any] = {
-    "layers": 1,  # trailing Linear layers to train (1 = the published "last dense layer")
+    "layers": 1,  # trailing Linear layers per member to train (1 = the last dense layer)
     "steps": 500,  # full-batch Adam steps (k <= a few hundred samples)
     "lr": 1e-3,
     "weight_decay": 0.0,
@@ -41,47 +41,85 @@ DEFAULT_OPTIONS: dict[str, Any] = {
 }
 
 
-def build_mlp(n_in: int, hidden: list[int], dropout: list[float]) -> torch.nn.Sequential:
-    """Linear-ReLU[-Dropout] x len(hidden), then Linear(., 1). Dropout after each hidden layer
-    whose rate is listed (the published net: after the first two)."""
+_ENSEMBLE_CLASS: Any = None
+
+
+def _ensemble_class() -> Any:
+    """The torch Module class, defined on first use so that importing this module (for its
+    constants, or to report a missing torch cleanly) does not need torch."""
+    global _ENSEMBLE_CLASS
+    if _ENSEMBLE_CLASS is None:
+        import torch
+        import torch.nn as nn
+
+        class Ensemble(nn.Module):
+            """M independent MLP trunks, each with its own Linear(., 1) head; the output is
+            the members' mean. As one graph, the heads form a single last layer over the
+            concatenated trunk activations (see onnx_graph.MLPWeights)."""
+
+            def __init__(self, n_in: int, hidden: list[int], dropout: list[float], members: int):
+                super().__init__()
+                trunks = []
+                for _ in range(members):
+                    mods: list[nn.Module] = []
+                    prev = n_in
+                    for i, width in enumerate(hidden):
+                        mods += [nn.Linear(prev, width), nn.ReLU()]
+                        if i < len(dropout) and dropout[i] > 0:
+                            mods.append(nn.Dropout(dropout[i]))
+                        prev = width
+                    trunks.append(nn.Sequential(*mods))
+                self.trunks = nn.ModuleList(trunks)
+                self.heads = nn.ModuleList(nn.Linear(hidden[-1], 1) for _ in range(members))
+
+            def member(self, m: int, x: torch.Tensor) -> torch.Tensor:
+                return self.heads[m](self.trunks[m](x))[:, 0]
+
+            def forward(self, x: torch.Tensor) -> torch.Tensor:
+                return torch.stack([self.member(m, x) for m in range(len(self.heads))]).mean(0)
+
+            def embed(self, x: torch.Tensor) -> torch.Tensor:
+                return torch.cat([t(x) for t in self.trunks], dim=1)
+
+        _ENSEMBLE_CLASS = Ensemble
+    return _ENSEMBLE_CLASS
+
+
+def build_net(n_in: int, hidden: list[int], dropout: list[float], members: int = 1) -> Any:
+    """Linear-ReLU[-Dropout] per hidden width, then Linear(., 1), times `members`."""
+    return _ensemble_class()(n_in, hidden, dropout, members)
+
+
+def linear_layers(seq: Any) -> list[Any]:
     import torch.nn as nn
 
-    mods: list[nn.Module] = []
-    prev = n_in
-    for i, width in enumerate(hidden):
-        mods += [nn.Linear(prev, width), nn.ReLU()]
-        if i < len(dropout):
-            mods.append(nn.Dropout(dropout[i]))
-        prev = width
-    mods.append(nn.Linear(prev, 1))
-    return nn.Sequential(*mods)
+    return [m for m in seq if isinstance(m, nn.Linear)]
 
 
-def linear_layers(net: torch.nn.Sequential) -> list[torch.nn.Linear]:
-    import torch.nn as nn
-
-    return [m for m in net if isinstance(m, nn.Linear)]
-
-
-def to_weights(net: torch.nn.Sequential, scaler: dict[str, Any]):
-    """torch net + one model's scaler entry -> :class:`MLPWeights` for the ONNX builder."""
+def to_weights(net: Any, scaler: dict[str, Any]):
+    """torch ensemble + its scaler entry -> :class:`MLPWeights` for the ONNX builder."""
     from powerd.predictor.onnx_graph import MLPWeights
 
-    layers = [
-        (lin.weight.detach().cpu().numpy().T.copy(), lin.bias.detach().cpu().numpy().copy())
-        for lin in linear_layers(net)
-    ]
+    def np_(t: Any) -> np.ndarray:
+        return t.detach().cpu().numpy().astype(np.float32).copy()
+
+    trunks = [[(np_(lin.weight).T.copy(), np_(lin.bias)) for lin in linear_layers(t)]
+              for t in net.trunks]
+    m = len(net.heads)
+    w_last = np.concatenate([np_(h.weight).T for h in net.heads], axis=0) / m
+    b_last = np.mean([np_(h.bias) for h in net.heads], axis=0)
     return MLPWeights(
         exps=np.asarray(scaler["exps"], dtype=np.int64),
         x_mean=np.asarray(scaler["x_mean"], dtype=np.float64),
         x_std=np.asarray(scaler["x_std"], dtype=np.float64),
-        layers=layers,
+        trunks=trunks,
+        last=(w_last.astype(np.float32), b_last.astype(np.float32)),
         y_mean=float(scaler["y_mean"]),
         y_std=float(scaler["y_std"]),
     )
 
 
-def load_reference_nets(model_dir: Path) -> tuple[dict, dict[str, torch.nn.Sequential]]:
+def load_reference_nets(model_dir: Path) -> tuple[dict, dict[str, Any]]:
     """(scaler.json, {"time": net, "power": net}) from the reference model dir."""
     import torch
 
@@ -89,12 +127,28 @@ def load_reference_nets(model_dir: Path) -> tuple[dict, dict[str, torch.nn.Seque
     arch = meta["architecture"]
     nets = {}
     for name in ("time", "power"):
-        net = build_mlp(len(meta["models"][name]["exps"]), arch["hidden"], arch["dropout"])
+        net = build_net(len(meta["models"][name]["exps"]), arch["hidden"], arch["dropout"],
+                        arch["members"])
         state = torch.load(model_dir / f"{name}.pt", map_location="cpu", weights_only=True)
         net.load_state_dict(state)
         net.eval()
         nets[name] = net
     return meta, nets
+
+
+def trainable(net: Any, layers: int) -> list[Any]:
+    """Parameters of the trailing `layers` Linear layers of every member (1 = the heads,
+    i.e. the ensemble's last layer); everything else is frozen."""
+    for p in net.parameters():
+        p.requires_grad_(False)
+    params = []
+    for trunk, head in zip(net.trunks, net.heads, strict=True):
+        lins = linear_layers(trunk) + [head]
+        for lin in lins[-max(1, int(layers)):]:
+            for p in lin.parameters():
+                p.requires_grad_(True)
+                params.append(p)
+    return params
 
 
 def _target(name: str, entry: dict, time_ms: np.ndarray, power_w: np.ndarray) -> np.ndarray:
@@ -135,19 +189,13 @@ def finetune(
             feats = mode_features(modes[ok], entry["exps"])
             x = torch.tensor((feats - entry["x_mean"]) / entry["x_std"], dtype=torch.float32)
             y = torch.tensor(_target(name, entry, time_ms[ok], power_w[ok]), dtype=torch.float32)
-            for p in net.parameters():
-                p.requires_grad_(False)
-            params = []
-            for lin in linear_layers(net)[-int(opts["layers"]):]:
-                for p in lin.parameters():
-                    p.requires_grad_(True)
-                    params.append(p)
+            params = trainable(net, int(opts["layers"]))
             opt = torch.optim.Adam(params, lr=float(opts["lr"]),
                                    weight_decay=float(opts["weight_decay"]))
             net.eval()  # dropout off: k samples are too few to regularise by noise
             for _ in range(int(opts["steps"])):
                 opt.zero_grad()
-                loss = torch.mean((net(x)[:, 0] - y) ** 2)
+                loss = torch.mean((net(x) - y) ** 2)
                 loss.backward()
                 opt.step()
         weights[name] = to_weights(net, entry)

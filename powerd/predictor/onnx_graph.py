@@ -35,31 +35,40 @@ def _f32(a: np.ndarray | float | list[float]) -> np.ndarray:
 
 @dataclass
 class MLPWeights:
-    """A standardised-input MLP: features -> (x-mean)/std -> [Gemm, Relu]* -> Gemm -> y*s+m.
+    """An ensemble of MLP trunks with one linear last layer over their joined activations.
 
-    ``layers[i] = (W (in, out), b (out,))``. ``y`` is in target space (log ms for the time
-    model, W for the power model); ``h`` is the penultimate (post-ReLU) activation.
+    ``features -> (x - x_mean) / x_std -> each trunk m: [Gemm, Relu]* -> h_m``;
+    ``h = concat_m h_m`` (the penultimate activations, N x D); ``y = (h @ W + b) * y_std +
+    y_mean``. With the stacked member heads divided by M as ``W``, ``y`` is the mean of the
+    members' predictions; a single MLP is the one-trunk case. ``y`` is in target space (log ms
+    for the time model, W for the power model). Layers are ``(W (in, out), b (out,))``.
     """
 
     exps: np.ndarray
     x_mean: np.ndarray
     x_std: np.ndarray
-    layers: list[tuple[np.ndarray, np.ndarray]]
+    trunks: list[list[tuple[np.ndarray, np.ndarray]]]
+    last: tuple[np.ndarray, np.ndarray]
     y_mean: float
     y_std: float
 
     @property
     def embed_dim(self) -> int:
-        return int(self.layers[-1][0].shape[0])
+        return int(self.last[0].shape[0])
 
     def forward_features(self, feats: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """numpy forward (float64) from features: (y (N,), h (N, D)). For checks and tests."""
-        x = (np.asarray(feats, dtype=np.float64) - self.x_mean) / self.x_std
-        for w, b in self.layers[:-1]:
-            x = np.maximum(x @ w.astype(np.float64) + b, 0.0)
-        w, b = self.layers[-1]
-        y = (x @ w.astype(np.float64) + b)[:, 0] * self.y_std + self.y_mean
-        return y, x
+        x0 = (np.asarray(feats, dtype=np.float64) - self.x_mean) / self.x_std
+        hs = []
+        for trunk in self.trunks:
+            x = x0
+            for w, b in trunk:
+                x = np.maximum(x @ w.astype(np.float64) + b, 0.0)
+            hs.append(x)
+        h = np.concatenate(hs, axis=1)
+        w, b = self.last
+        y = (h @ w.astype(np.float64) + b)[:, 0] * self.y_std + self.y_mean
+        return y, h
 
     def forward(self, modes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         return self.forward_features(mode_features(modes, self.exps))
@@ -75,18 +84,29 @@ class MLPWeights:
         ]
         nodes.append(helper.make_node("Sub", [feats, f"{prefix}x_mean"], [f"{prefix}xc"]))
         nodes.append(helper.make_node("Div", [f"{prefix}xc", f"{prefix}x_std"], [f"{prefix}a_in"]))
-        x = f"{prefix}a_in"
-        for i, (w, b) in enumerate(self.layers):
-            inits.append(numpy_helper.from_array(_f32(w), f"{prefix}W{i}"))
-            inits.append(numpy_helper.from_array(_f32(b), f"{prefix}b{i}"))
-            z = f"{prefix}z{i}"
-            nodes.append(helper.make_node("Gemm", [x, f"{prefix}W{i}", f"{prefix}b{i}"], [z]))
-            if i < len(self.layers) - 1:
-                x = f"{prefix}a{i}"
-                nodes.append(helper.make_node("Relu", [z], [x]))
-        h = x
-        last = f"{prefix}z{len(self.layers) - 1}"
-        nodes.append(helper.make_node("Mul", [last, f"{prefix}y_std"], [f"{prefix}ys"]))
+        outs = []
+        for m, trunk in enumerate(self.trunks):
+            x = f"{prefix}a_in"
+            for i, (w, b) in enumerate(trunk):
+                tag = f"{prefix}m{m}_"
+                inits.append(numpy_helper.from_array(_f32(w), f"{tag}W{i}"))
+                inits.append(numpy_helper.from_array(_f32(b), f"{tag}b{i}"))
+                nodes.append(helper.make_node("Gemm", [x, f"{tag}W{i}", f"{tag}b{i}"],
+                                              [f"{tag}z{i}"]))
+                x = f"{tag}a{i}"
+                nodes.append(helper.make_node("Relu", [f"{tag}z{i}"], [x]))
+            outs.append(x)
+        h = f"{prefix}h"
+        if len(outs) == 1:
+            nodes.append(helper.make_node("Identity", outs, [h]))
+        else:
+            nodes.append(helper.make_node("Concat", outs, [h], axis=1))
+        w, b = self.last
+        inits.append(numpy_helper.from_array(_f32(w), f"{prefix}W_last"))
+        inits.append(numpy_helper.from_array(_f32(b), f"{prefix}b_last"))
+        nodes.append(helper.make_node("Gemm", [h, f"{prefix}W_last", f"{prefix}b_last"],
+                                      [f"{prefix}z_last"]))
+        nodes.append(helper.make_node("Mul", [f"{prefix}z_last", f"{prefix}y_std"], [f"{prefix}ys"]))
         nodes.append(helper.make_node("Add", [f"{prefix}ys", f"{prefix}y_mean"], [f"{prefix}y2"]))
         inits.append(numpy_helper.from_array(np.array([-1], dtype=np.int64), f"{prefix}flat"))
         nodes.append(helper.make_node("Reshape", [f"{prefix}y2", f"{prefix}flat"], [f"{prefix}y"]))
@@ -97,18 +117,24 @@ class MLPWeights:
         """Recover the weights from a graph built by :meth:`nodes` (reference models)."""
         init = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
         try:
-            layers = []
-            i = 0
-            while f"{prefix}W{i}" in init:
-                layers.append((init[f"{prefix}W{i}"], init[f"{prefix}b{i}"]))
-                i += 1
-            if not layers:
-                raise KeyError(f"{prefix}W0")
+            trunks = []
+            m = 0
+            while f"{prefix}m{m}_W0" in init:
+                layers = []
+                i = 0
+                while f"{prefix}m{m}_W{i}" in init:
+                    layers.append((init[f"{prefix}m{m}_W{i}"], init[f"{prefix}m{m}_b{i}"]))
+                    i += 1
+                trunks.append(layers)
+                m += 1
+            if not trunks:
+                raise KeyError(f"{prefix}m0_W0")
             return cls(
                 exps=np.rint(init[f"{prefix}expsT"]).T.astype(np.int64),
                 x_mean=init[f"{prefix}x_mean"].astype(np.float64),
                 x_std=init[f"{prefix}x_std"].astype(np.float64),
-                layers=layers,
+                trunks=trunks,
+                last=(init[f"{prefix}W_last"], init[f"{prefix}b_last"]),
                 y_mean=float(init[f"{prefix}y_mean"][0]),
                 y_std=float(init[f"{prefix}y_std"][0]),
             )
@@ -218,9 +244,9 @@ def reference_model(mlp: MLPWeights, target: str, meta: dict[str, str]) -> onnx.
     """A reference model: modes -> ``y`` (N,) in target space and ``h`` (N, D) penultimate."""
     fn, fi, feats = feature_nodes("", mlp.exps)
     mn, mi, y, h = mlp.nodes("", feats)
-    nodes = fn + mn + [helper.make_node("Identity", [h], ["h"])]
-    if y != "y":
-        nodes.append(helper.make_node("Identity", [y], ["y"]))
+    nodes = fn + mn
+    # With an empty prefix the builder already names its outputs "y" and "h".
+    assert (y, h) == ("y", "h"), (y, h)
     outputs = [
         helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N"]),
         helper.make_tensor_value_info("h", TensorProto.FLOAT, ["N", mlp.embed_dim]),

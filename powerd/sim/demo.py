@@ -17,8 +17,11 @@ def _mode_str(m: object) -> str:
     if m is None:
         return "-"
     d = m if isinstance(m, dict) else m.as_dict()  # type: ignore[attr-defined]
-    return (f"{d['cores']:>2} cores, CPU {d['cpu_khz'] / 1e3:>4.0f} MHz, GPU {d['gpu_hz'] / 1e6:>4.0f} MHz,"
-            f" EMC {d['emc_hz'] / 1e6:>4.0f} MHz")
+    return (
+        f"{d['cores']:>2} cores, CPU {d['cpu_khz'] / 1e3:>4.0f} MHz, "
+        f"GPU {d['gpu_hz'] / 1e6:>4.0f} MHz,"
+        f" EMC {d['emc_hz'] / 1e6:>4.0f} MHz"
+    )
 
 
 class Progress(threading.Thread):
@@ -44,9 +47,11 @@ class Progress(threading.Thread):
             j = jobs[0]
             tuner = s.get("tuner") or {}
             doing = tuner.get("measuring") or tuner.get("committed") or s.get("mode")
-            line = (f"[{time.monotonic() - self.t0:5.1f}s] {j['phase']:<9} "
-                    f"{j['profiled_modes']:>2} modes measured | {_mode_str(doing)} | "
-                    f"{(s.get('power_w') or 0):5.1f} W")
+            line = (
+                f"[{time.monotonic() - self.t0:5.1f}s] {j['phase']:<9} "
+                f"{j['profiled_modes']:>2} modes measured | {_mode_str(doing)} | "
+                f"{(s.get('power_w') or 0):5.1f} W"
+            )
             key = (j["phase"], j["profiled_modes"], str(doing))
             if self.tty:
                 print("\r" + line, end="", flush=True)
@@ -63,23 +68,37 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--strategy", default="powertrain", choices=["powertrain", "binary-search"])
     ap.add_argument("--trace", default=str(TRACE_DIR / "orin_agx_mobilenetv3_gld23k_train.csv"))
     ap.add_argument("--board", default="orin-agx", choices=["orin-agx", "orin-nano"])
-    ap.add_argument("--time-scale", type=float, default=0.05,
-                    help="emulated step times are the trace's times this much (default 0.05)")
+    ap.add_argument(
+        "--time-scale",
+        type=float,
+        default=0.05,
+        help="emulated step times are the trace's times this much (default 0.05)",
+    )
     ap.add_argument("--workload", default="mobilenetv3-gld23k-bs16")
     args = ap.parse_args(argv)
 
     trace = Trace.load(args.trace)
     best = trace.best_under(args.budget)
-    print(f"powerd demo: emulated {args.board} running {trace.name} "
-          f"({len(trace)} traced modes), budget {args.budget:g} W, strategy {args.strategy}")
-    with EmulatedBoard(args.board, trace, time_scale=args.time_scale,
-                       strategy=args.strategy) as board:
+    print(
+        f"powerd demo: emulated {args.board} running {trace.name} "
+        f"({len(trace)} traced modes), budget {args.budget:g} W, strategy {args.strategy}"
+    )
+    with EmulatedBoard(
+        args.board, trace, time_scale=args.time_scale, strategy=args.strategy
+    ) as board:
         baseline = knob_snapshot(board.root)
         print(f"daemon up at {board.endpoint} (log: {board.daemon_log})")
         progress = Progress(board)
         progress.start()
-        run = run_training_job(board.root, trace, args.budget, args.workload, args.time_scale,
-                               endpoint=board.endpoint, stay_tuned_s=1.0)
+        run = run_training_job(
+            board.root,
+            trace,
+            args.budget,
+            args.workload,
+            args.time_scale,
+            endpoint=board.endpoint,
+            stay_tuned_s=1.0,
+        )
         progress.stop_event.set()
         progress.join()
         status = None
@@ -92,11 +111,15 @@ def main(argv: list[str] | None = None) -> int:
 
     chosen = run.final_mode
     print()
-    print(f"steps trained:      {run.steps} ({run.seconds:.1f} s at time scale {args.time_scale:g})")
+    print(
+        f"steps trained:      {run.steps} ({run.seconds:.1f} s at time scale {args.time_scale:g})"
+    )
     print(f"modes profiled:     {len(run.seconds_per_mode) - 1 if run.seconds_per_mode else 0}")
     if run.tuned_after_s is not None:
-        print(f"time to decision:   {run.tuned_after_s:.1f} s "
-              f"(~{run.tuned_after_s / args.time_scale / 60:.1f} min on a real board)")
+        print(
+            f"time to decision:   {run.tuned_after_s:.1f} s "
+            f"(~{run.tuned_after_s / args.time_scale / 60:.1f} min on a real board)"
+        )
     if chosen is None or run.final_phase != "tuned":
         print(f"powerd did not settle on a mode (phase {run.final_phase!r})")
         return 1

@@ -22,6 +22,7 @@ from __future__ import annotations
 import collections
 import ctypes
 import ctypes.util
+import functools
 import logging
 import math
 import os
@@ -295,6 +296,8 @@ class Emulator:
         if self._thread is not None:
             return self
         self._inotify = _Inotify()
+        self._handlers.clear()  # watch descriptors belong to one inotify instance
+        self._watch_dirs.clear()
         self._watch_knobs()
         self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self._stopping.clear()
@@ -318,7 +321,10 @@ class Emulator:
         if self._thread is None:
             return
         self._stopping.set()
-        os.write(self._wake_w, b"x")
+        try:
+            os.write(self._wake_w, b"x")
+        except BlockingIOError:
+            pass  # the pipe is full of wake-ups already
         self._thread.join(timeout=5)
         self._thread = None
         if self._inotify is not None:
@@ -352,12 +358,12 @@ class Emulator:
 
         for cpu in range(1, self.board.ncpu):
             cdir = lay.cpu_dir / f"cpu{cpu}"
-            on(cdir, "online", lambda p, cpu=cpu: self._on_online(cpu, p))
+            on(cdir, "online", functools.partial(self._on_online, cpu))
         for first, pdir in lay.policies.items():
-            on(pdir, "scaling_min_freq", lambda p, f=first: self._on_policy(f, "min", p))
-            on(pdir, "scaling_max_freq", lambda p, f=first: self._on_policy(f, "max", p))
-        on(lay.gpu_devfreq, "min_freq", lambda p: self._on_gpu("min", p))
-        on(lay.gpu_devfreq, "max_freq", lambda p: self._on_gpu("max", p))
+            on(pdir, "scaling_min_freq", functools.partial(self._on_policy, first, "min"))
+            on(pdir, "scaling_max_freq", functools.partial(self._on_policy, first, "max"))
+        on(lay.gpu_devfreq, "min_freq", functools.partial(self._on_gpu, "min"))
+        on(lay.gpu_devfreq, "max_freq", functools.partial(self._on_gpu, "max"))
         on(lay.gpu_device, "railgate_enable", self._on_railgate)
         on(lay.emc_dir, "mrq_rate_locked", self._on_emc_lock)
         on(lay.emc_dir, "rate", self._on_emc_rate)

@@ -53,7 +53,9 @@ class EmulatedBoard:
         self.time_scale = time_scale
         self._own_dir = workdir is None
         # ipc paths must stay under ~100 characters
-        self.dir = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="powerd-", dir="/tmp"))
+        self.dir = (
+            Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="powerd-", dir="/tmp"))
+        )
         self.root = self.dir / "root"
         self.state_dir = self.dir / "state"
         self.endpoint = f"ipc://{self.dir}/powerd.sock"
@@ -62,8 +64,12 @@ class EmulatedBoard:
         self.seed = seed
         self.l4t = l4t
         cfg: dict[str, Any] = {
-            "server": {"endpoint": self.endpoint, "socket_group": "", "admin_group": "",
-                       "heartbeat_timeout_ms": 1500},
+            "server": {
+                "endpoint": self.endpoint,
+                "socket_group": "",
+                "admin_group": "",
+                "heartbeat_timeout_ms": 1500,
+            },
             "strategy": {"name": strategy},
             # an admin would narrow the space to what matters; here: the traced core counts
             "device": {"root": str(self.root), "core_counts": trace.axis("cores")},
@@ -81,8 +87,9 @@ class EmulatedBoard:
     # -- lifecycle ------------------------------------------------------------------------
     def start(self) -> EmulatedBoard:
         build_tree(self.root, self.board, self.trace, l4t=self.l4t)
-        self.emulator = Emulator(self.root, self.board, self.trace, time_scale=self.time_scale,
-                                 seed=self.seed)
+        self.emulator = Emulator(
+            self.root, self.board, self.trace, time_scale=self.time_scale, seed=self.seed
+        )
         self.emulator.start()
         self.config_path.write_text(dump_toml(self.config))
         self.start_daemon()
@@ -94,13 +101,17 @@ class EmulatedBoard:
         log = open(self.daemon_log, "ab")  # noqa: SIM115 - the child owns it
         self.daemon = subprocess.Popen(
             [sys.executable, "-m", "powerd.cli", "serve", "--config", str(self.config_path)],
-            stdout=log, stderr=subprocess.STDOUT, env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
         )
         log.close()
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.daemon.poll() is not None:
-                raise RuntimeError(f"powerd exited with {self.daemon.returncode}:\n{self.log_tail()}")
+                raise RuntimeError(
+                    f"powerd exited with {self.daemon.returncode}:\n{self.log_tail()}"
+                )
             try:
                 self.status()
                 return

@@ -11,8 +11,11 @@ import numpy as np
 from powerd.modes import FIELDS, PowerMode
 
 TRACE_DIR = Path(__file__).parent / "traces"
-REFERENCE_CORPUS = Path(__file__).resolve().parents[2] / "models" / "corpus" / (
-    "orin_agx_resnet18_imagenet_train.csv"
+REFERENCE_CORPUS = (
+    Path(__file__).resolve().parents[2]
+    / "models"
+    / "corpus"
+    / ("orin_agx_resnet18_imagenet_train.csv")
 )
 
 

@@ -1,0 +1,172 @@
+"""INA3221 reading (rails, NC and shunt-sum channels, hwmonN globbing) and the sampler."""
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from powerd.device.controller import Controller
+from powerd.device.detect import detect_board
+from powerd.device.errors import DeviceError
+from powerd.device.power import PowerReader, PowerSampler, discover_rails
+from powerd.modes import PowerMode
+from powerd.sim.emulator import Emulator
+
+
+def make_ina(root: Path, device: str, hwmon: int, channels: dict[int, tuple[str, int, int]]):
+    """A hand-built INA3221: channel -> (label, mV, mA)."""
+    ddir = root / "sys/bus/i2c/devices" / device
+    hdir = ddir / "hwmon" / f"hwmon{hwmon}"
+    hdir.mkdir(parents=True)
+    (ddir / "name").write_text("ina3221\n")
+    for k, (label, mv, ma) in channels.items():
+        (hdir / f"in{k}_label").write_text(label + "\n")
+        (hdir / f"in{k}_input").write_text(f"{mv}\n")
+        (hdir / f"curr{k}_input").write_text(f"{ma}\n")
+    return hdir
+
+
+def test_nc_and_shunt_sum_channels_are_skipped(tmp_path: Path) -> None:
+    make_ina(
+        tmp_path,
+        "1-0040",
+        2,
+        {1: ("VDD_GPU_SOC", 5000, 2000), 2: ("VDD_CPU_CV", 5000, 1000), 3: ("NC", 5000, 900)},
+    )
+    make_ina(
+        tmp_path,
+        "1-0041",
+        5,
+        {1: ("VDDQ_VDD2_1V8AO", 5000, 400), 7: ("sum of shunt voltages", 5000, 3000)},
+    )
+    other = tmp_path / "sys/bus/i2c/devices/1-0050"
+    other.mkdir(parents=True)
+    (other / "name").write_text("eeprom\n")
+    reader = PowerReader(tmp_path)
+    assert [r.name for r in reader.rails] == ["VDD_GPU_SOC", "VDD_CPU_CV", "VDDQ_VDD2_1V8AO"]
+    assert reader.total_rail is None
+    assert reader.read_w() == pytest.approx(10.0 + 5.0 + 2.0)  # the sum of the rails
+    assert reader.read_rails() == pytest.approx(
+        {"VDD_GPU_SOC": 10.0, "VDD_CPU_CV": 5.0, "VDDQ_VDD2_1V8AO": 2.0}
+    )
+
+
+def test_nc_means_the_token_not_a_substring(tmp_path: Path) -> None:
+    make_ina(tmp_path, "1-0040", 0, {1: ("VDD_SYNC_X", 1000, 1000), 2: ("NC_2", 1000, 1000)})
+    assert [r.name for r in discover_rails(tmp_path)] == ["VDD_SYNC_X"]
+
+
+@pytest.mark.parametrize("total", ["VDD_IN", "POM_5V_IN"])
+def test_input_rail_is_the_total(tmp_path: Path, total: str) -> None:
+    make_ina(
+        tmp_path,
+        "1-0040",
+        1,
+        {1: (total, 5000, 3000), 2: ("VDD_CPU_GPU_CV", 5000, 1200), 3: ("VDD_SOC", 5000, 600)},
+    )
+    reader = PowerReader(tmp_path)
+    assert reader.total_rail is not None and reader.total_rail.name == total
+    assert reader.read_w() == pytest.approx(15.0)
+    assert sum(reader.read_rails().values()) == pytest.approx(15.0 + 6.0 + 3.0)
+
+
+def test_no_ina3221_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(DeviceError, match="no INA3221 power rails"):
+        PowerReader(tmp_path)
+
+
+def test_hwmon_index_is_globbed_and_rediscovered(tmp_path: Path) -> None:
+    hdir = make_ina(tmp_path, "1-0040", 3, {1: ("VDD_IN", 5000, 2000)})
+    reader = PowerReader(tmp_path)
+    assert reader.read_w() == pytest.approx(10.0)
+    hdir.rename(hdir.with_name("hwmon9"))  # the driver was rebound: another N
+    assert reader.read_w() == pytest.approx(10.0)
+    assert "hwmon9" in str(reader.total_rail.voltage_path)  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("index", [0, 7])
+def test_emulated_agx_total_is_the_trace_power(make_emulated_board, index: int) -> None:
+    emu: Emulator = make_emulated_board("orin-agx", noise_frac=0.0, hwmon_index=index)
+    assert (emu.root / f"sys/bus/i2c/devices/1-0040/hwmon/hwmon{index}").is_dir()
+    reader = PowerReader(emu.root)
+    assert sorted(r.name for r in reader.rails) == sorted(
+        ["VDD_GPU_SOC", "VDD_CPU_CV", "VIN_SYS_5V0", "VDDQ_VDD2_1V8AO"]
+    )
+    want = emu.trace.lookup(emu.effective_mode()).power_w
+    # Only rounding to whole mA (about 5 mW per rail) separates the two.
+    assert reader.read_w() == pytest.approx(want, abs=0.05)
+
+
+def test_emulated_nano_total_is_vdd_in(emulated_nano: Emulator) -> None:
+    reader = PowerReader(emulated_nano.root)
+    assert reader.total_rail is not None and reader.total_rail.name == "VDD_IN"
+    rails = reader.read_rails()
+    assert rails["VDD_CPU_GPU_CV"] + rails["VDD_SOC"] < rails["VDD_IN"]
+    want = emulated_nano.trace.lookup(emulated_nano.effective_mode()).power_w
+    assert reader.read_w() == pytest.approx(want, rel=0.06)  # 1% noise: 6 sigma
+
+
+def test_power_follows_the_effective_mode_with_a_transient(make_emulated_board) -> None:
+    """time_scale 1: a 0.3 s settling time constant, visible between samples."""
+    emu: Emulator = make_emulated_board("orin-agx", time_scale=1.0, noise_frac=0.0)
+    reader = PowerReader(emu.root)
+    high = reader.read_w()
+    ctl = Controller(detect_board(emu.root), verify_timeout_s=1.0)
+    low = PowerMode(2, 268800, 114750000, 204000000)
+    ctl.apply(low)
+    target = emu.trace.lookup(low).power_w
+    assert high > target + 20
+    time.sleep(0.1)
+    mid = reader.read_w()
+    assert target + 1 < mid < high - 1  # still settling
+    time.sleep(1.5)
+    assert reader.read_w() == pytest.approx(target, abs=0.2)
+
+
+class FlakyReader:
+    def __init__(self) -> None:
+        self.calls = 0
+        self.lock = threading.Lock()
+
+    def read_w(self) -> float:
+        with self.lock:
+            self.calls += 1
+            n = self.calls
+        if n % 3 == 0:
+            raise DeviceError("i2c read timed out")
+        if n % 5 == 0:
+            raise ValueError("garbage")
+        return float(n)
+
+
+def test_sampler_survives_read_errors() -> None:
+    sampler = PowerSampler(FlakyReader(), interval_s=0.005)
+    with sampler:
+        deadline = time.monotonic() + 5
+        while sampler.errors < 6 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert sampler.running
+    assert not sampler.running
+    assert sampler.errors >= 6 and sampler.last_error
+    samples = sampler.samples_between(0, time.monotonic())
+    assert len(samples) >= 6
+    times = [t for t, _ in samples]
+    assert times == sorted(times)
+    assert all(w % 3 and w % 5 for _, w in samples)  # failed reads left no sample
+    latest = sampler.latest()
+    assert latest is not None and latest == samples[-1]
+    t_mid = times[len(times) // 2]
+    assert all(t >= t_mid for t, _ in sampler.samples_between(t_mid, time.monotonic()))
+
+
+def test_sampler_ring_buffer_and_mean(emulated_nano: Emulator) -> None:
+    sampler = PowerSampler(PowerReader(emulated_nano.root), interval_s=0.01, capacity=8)
+    sampler.start()
+    t0 = time.monotonic()
+    time.sleep(0.3)
+    sampler.stop()
+    assert len(sampler.samples_between(0, time.monotonic())) == 8  # bounded
+    want = emulated_nano.target_power_w()
+    assert sampler.mean_between(t0, time.monotonic()) == pytest.approx(want, rel=0.03)
+    assert sampler.mean_between(0, 1) is None

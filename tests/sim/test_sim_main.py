@@ -1,0 +1,57 @@
+"""python -m powerd.sim: builds a tree, prints its root, emulates until SIGTERM."""
+
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from powerd.device.detect import detect_board
+from powerd.device.power import PowerReader
+from powerd.sim.__main__ import main
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_cli_runs_until_sigterm(sim_root: Path) -> None:
+    root = sim_root / "board"
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "powerd.sim",
+            "--board",
+            "orin-nano",
+            "--root",
+            str(root),
+            "--time-scale",
+            "0.1",
+            "--seed",
+            "3",
+        ],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline().strip()
+        assert Path(line) == root.absolute()
+        assert detect_board(root).name == "orin-nano"
+        deadline = time.monotonic() + 5
+        while PowerReader(root).read_w() < 1.0 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert PowerReader(root).read_w() > 5.0  # the emulator is writing power
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=10) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_cli_rejects_a_bad_trace(sim_root: Path, capsys) -> None:
+    assert main(["--trace", str(sim_root / "nope.csv")]) == 2
+    assert "cannot load trace" in capsys.readouterr().err
+    assert main(["--reuse"]) == 2  # --reuse needs --root
