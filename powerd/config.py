@@ -43,6 +43,9 @@ class DeviceConfig(_Section):
     root: str = "/"
     core_counts: list[int] = Field(default_factory=list)
     emc_rates_hz: list[int] = Field(default_factory=list)
+    # how long read-back may lag a write before a switch counts as failed (cur files and
+    # BPMP follow writes after a short delay)
+    verify_timeout_ms: int = Field(500, ge=10, le=10_000)
 
     @model_validator(mode="after")
     def _positive(self) -> DeviceConfig:

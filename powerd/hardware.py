@@ -35,7 +35,9 @@ class Hardware:
         root = cfg.device.root
         try:
             board = detect_board(root)
-            controller = Controller(board, state_dir=cfg.state.dir)
+            controller = Controller(
+                board, cfg.device.verify_timeout_ms / 1000.0, state_dir=cfg.state.dir
+            )
             if controller.baseline.pending:
                 # the previous daemon died holding the board: give it back before anything else
                 log.warning("found a saved baseline from a previous run: restoring it")

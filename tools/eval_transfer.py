@@ -23,7 +23,7 @@ import argparse
 import json
 import sys
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -32,13 +32,14 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from powerd.optimize.pareto import fastest_under, next_lower_on_front, pareto_front  # noqa: E402
-from powerd.predictor.reference import ReferenceModel  # noqa: E402
+from powerd.predictor.reference import Embedding, ReferenceModel  # noqa: E402
 from powerd.predictor.sampling import select_modes  # noqa: E402
 from powerd.predictor.transfer import (  # noqa: E402
     FitStats,
     FittedPredictor,
     RidgeOptions,
     Samples,
+    fit_heads,
     fit_ridge,
 )
 from powerd.sim.trace import Trace  # noqa: E402
@@ -53,6 +54,7 @@ OVER_W = 0.5
 
 RIDGE_VARIANTS = {
     "ridge": RidgeOptions(),
+    "ridge-notrim": RidgeOptions(outlier_z=0),
     "ridge-gcv": RidgeOptions(select="gcv"),
     "ridge-logP": RidgeOptions(power_log=True),
     "ridge-noref": RidgeOptions(time_ref=False, power_ref=False),
@@ -70,17 +72,24 @@ TORCH_VARIANTS = {
 class Result:
     time_mape: float
     power_mape: float
-    penalty: float  # median over budgets, %
-    over: float  # % of budgets over by > 0.5 W
-    g_penalty: float
+    penalty: float  # pure prediction: median over budgets, %
+    over: float  # pure prediction: % of budgets over by > 0.5 W
+    g_penalty: float  # walk-down guard
     g_over: float
-    g_steps: float
-    fit_s: float
+    g_meas: float  # mean measurements per budget after profiling
+    l_penalty: float  # refit loop
+    l_over: float
+    l_meas: float
+
+
+def _best_measured(meas: np.ndarray, tt, tp, b: float, fallback: int) -> int:
+    fit = meas[tp[meas] <= b]
+    return int(fit[np.argmin(tt[fit])]) if fit.size else fallback
 
 
 def decide(pt, pp, tt, tp, budgets, profiled=()) -> tuple[float, float, float, float, float]:
     """(median penalty %, % over budget) of the pure-prediction lookup, then the same with
-    the closed-loop guard, and the guard's mean extra measurements per budget.
+    the closed-loop guard, and the guard's mean measurements per budget.
 
     Guard: measure the predicted pick; while its true power is over the budget, measure the
     next lower-power member of the predicted front; then commit to the fastest *measured*
@@ -88,7 +97,7 @@ def decide(pt, pp, tt, tp, budgets, profiled=()) -> tuple[float, float, float, f
     """
     front = pareto_front(pt, pp)
     prof = np.asarray(profiled, dtype=np.int64)
-    pen, over, gpen, gover, steps = [], [], [], [], []
+    pen, over, gpen, gover, meas_n = [], [], [], [], []
     for b in budgets:
         ok = tp <= b
         if not ok.any():
@@ -99,61 +108,158 @@ def decide(pt, pp, tt, tp, budgets, profiled=()) -> tuple[float, float, float, f
             i = int(front[0])  # nothing predicted to fit: the lowest predicted power
         pen.append(tt[i] / best - 1)
         over.append(tp[i] > b + OVER_W)
-        g, n = i, 1
-        seen = [g]
-        while tp[g] > b:
-            nxt = next_lower_on_front(pt, pp, g, front)
+        seen = [i]
+        while tp[seen[-1]] > b:
+            nxt = next_lower_on_front(pt, pp, seen[-1], front)
             if nxt is None:
                 break
-            g, n = nxt, n + 1
-            seen.append(g)
-        meas = np.concatenate([prof, np.asarray(seen, dtype=np.int64)])
-        fit = meas[tp[meas] <= b]
-        if fit.size:
-            g = int(fit[np.argmin(tt[fit])])
+            seen.append(nxt)
+        g = _best_measured(np.concatenate([prof, seen]).astype(np.int64), tt, tp, b, seen[-1])
         gpen.append(tt[g] / best - 1)
         gover.append(tp[g] > b + OVER_W)
-        steps.append(n)
+        meas_n.append(len(set(seen) - set(prof.tolist())))
     return (
         float(np.median(pen) * 100),
         float(np.mean(over) * 100),
         float(np.median(gpen) * 100),
         float(np.mean(gover) * 100),
-        float(np.mean(steps)),
+        float(np.mean(meas_n)),
     )
 
 
-def fit_variant(variant: str, s: Samples, ref: ReferenceModel) -> FittedPredictor | None:
+def _rows(e: Embedding, idx: np.ndarray) -> Embedding:
+    return Embedding(e.time_y[idx], e.time_h[idx], e.power_y[idx], e.power_h[idx])
+
+
+def loop_decide(
+    e: Embedding,
+    meta: dict,
+    opts: RidgeOptions,
+    tt,
+    tp,
+    budgets,
+    profiled,
+    modes,
+    max_measure: int = 4,
+) -> tuple[float, float, float]:
+    """The refit loop (DESIGN: measure the refit model's pick for the budget, refit): from
+    the profiled samples, up to `max_measure` times: fit, pick the fastest predicted mode
+    under the budget among modes not measured over it; stop if the pick is already measured,
+    else measure it. Commit to the fastest measured mode within budget.
+    Returns (median penalty %, % over budget, mean measurements per budget)."""
+    pen, over, meas_n = [], [], []
+    for b in budgets:
+        ok = tp <= b
+        if not ok.any():
+            continue
+        best = tt[ok].min()
+        sel = [int(i) for i in profiled]
+        for _ in range(max_measure):
+            ix = np.asarray(sel, dtype=np.int64)
+            th, ph, _ = fit_heads(_rows(e, ix), Samples(modes[ix], tt[ix], tp[ix]), meta, opts)
+            pt, pp = th.apply(e.time_y, e.time_h), ph.apply(e.power_y, e.power_h)
+            excl = ix[tp[ix] > b]
+            i = fastest_under(pt, pp, b, exclude=excl)
+            if i is None:
+                cand = np.setdiff1d(np.arange(len(tt)), excl)
+                i = int(cand[np.argmin(pp[cand])])
+            if i in sel:
+                break
+            sel.append(i)
+        ix = np.asarray(sel, dtype=np.int64)
+        g = _best_measured(ix, tt, tp, b, int(ix[np.argmin(tp[ix])]))
+        pen.append(tt[g] / best - 1)
+        over.append(tp[g] > b + OVER_W)
+        meas_n.append(len(sel) - len(profiled))
+    return float(np.median(pen) * 100), float(np.mean(over) * 100), float(np.mean(meas_n))
+
+
+def fit_predict(
+    variant: str,
+    s: Samples,
+    ref: ReferenceModel,
+    e_all: Embedding,
+    idx: np.ndarray,
+    modes: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
     if variant == "ref":
-        return None
+        return np.exp(e_all.time_y), e_all.power_y
     if variant in RIDGE_VARIANTS:
-        return fit_ridge(s, ref, RIDGE_VARIANTS[variant])
+        # Same heads as fit_ridge() exports to ONNX (tests check they agree), applied to the
+        # embedding of every mode computed once per trace.
+        th, ph, _ = fit_heads(_rows(e_all, idx), s, ref.meta, RIDGE_VARIANTS[variant])
+        return th.apply(e_all.time_y, e_all.time_h), ph.apply(e_all.power_y, e_all.power_h)
     if variant in TORCH_VARIANTS:
         # In-process (the daemon runs the same code in a subprocess): the tool may import
         # torch, and spawning an interpreter per fit would dominate the run time.
         from powerd.predictor.finetune_worker import finetune
 
-        t0 = time.perf_counter()
-        model, wstats = finetune(ref.model_dir, s.modes, s.time_ms, s.power_w,
-                                 TORCH_VARIANTS[variant])
-        stats = FitStats(seconds=time.perf_counter() - t0, extra=wstats)
-        return FittedPredictor(model.SerializeToString(), "torch-finetune", stats, s)
-    raise SystemExit(f"unknown variant {variant!r}")
+        model, _ = finetune(ref.model_dir, s.modes, s.time_ms, s.power_w, TORCH_VARIANTS[variant])
+        fp = FittedPredictor(model.SerializeToString(), "torch-finetune", FitStats(), s)
+        return fp.predict(modes)
+    raise SystemExit(
+        f"unknown variant {variant!r}; known: ref, {', '.join(RIDGE_VARIANTS)}, "
+        f"{', '.join(TORCH_VARIANTS)}"
+    )
 
 
-def evaluate(trace: Trace, budgets, ref: ReferenceModel, policy: str, k: int, variant: str,
-             seed: int, ref_pred) -> Result:
+def evaluate(
+    trace: Trace,
+    budgets,
+    ref: ReferenceModel,
+    e_all: Embedding,
+    policy: str,
+    k: int,
+    variant: str,
+    seed: int,
+    loop: bool,
+) -> Result:
     modes = trace.modes_array
+    ref_pred = (np.exp(e_all.time_y), e_all.power_y)
     idx = select_modes(policy, modes, k, predicted=ref_pred, seed=seed)
-    s = Samples(modes[idx], trace.time_ms[idx], trace.power_w[idx])
-    t0 = time.perf_counter()
-    fp = fit_variant(variant, s, ref)
-    pt, pp = ref_pred if fp is None else fp.predict(modes)
-    fit_s = time.perf_counter() - t0
     tt, tp = trace.time_ms, trace.power_w
+    s = Samples(modes[idx], tt[idx], tp[idx])
+    pt, pp = fit_predict(variant, s, ref, e_all, idx, modes)
     tm = float(np.mean(np.abs(pt - tt) / tt) * 100)
     pm = float(np.mean(np.abs(pp - tp) / tp) * 100)
-    return Result(tm, pm, *decide(pt, pp, tt, tp, budgets, idx), fit_s)
+    lp = (np.nan, np.nan, np.nan)
+    if loop and variant in RIDGE_VARIANTS:
+        lp = loop_decide(e_all, ref.meta, RIDGE_VARIANTS[variant], tt, tp, budgets, idx, modes)
+    return Result(tm, pm, *decide(pt, pp, tt, tp, budgets, idx), *lp)
+
+
+def timings(ref: ReferenceModel) -> str:
+    """Wall times the daemon cares about: fit (ridge) and predicting ~18k modes."""
+    trace = Trace.load(TRACE_DIR / TRACES["agx-mobilenet"][0])
+    modes = trace.modes_array
+    idx = select_modes("grid", modes, 50, seed=0)
+    s = Samples(modes[idx], trace.time_ms[idx], trace.power_w[idx])
+    fit_ridge(s, ref)  # warm-up
+    t0 = time.perf_counter()
+    fp = fit_ridge(s, ref)
+    t_fit = time.perf_counter() - t0
+    cores = np.arange(1, 13)
+    big = (
+        np.array(
+            np.meshgrid(
+                cores,
+                np.linspace(115200, 2201600, 15).astype(np.int64),
+                np.linspace(114750000, 1300500000, 25).astype(np.int64),
+                [204000000, 665600000, 2133000000, 3199000000],
+            ),
+        )
+        .reshape(4, -1)
+        .T
+    )
+    fp.predict(big)
+    t0 = time.perf_counter()
+    for _ in range(5):
+        fp.predict(big)
+    t_pred = (time.perf_counter() - t0) / 5
+    return (
+        f"ridge fit (k=50, incl. ONNX export): {t_fit * 1000:.0f} ms; "
+        f"predict {len(big)} modes: {t_pred * 1000:.0f} ms (1 thread)"
+    )
 
 
 def main() -> int:
@@ -162,39 +268,56 @@ def main() -> int:
     ap.add_argument("--traces", default=",".join(TRACES))
     ap.add_argument("--policies", default="random,grid,front")
     ap.add_argument("--k", default="10,20,30,50")
-    ap.add_argument("--variants", default="ref,ridge,ridge-gcv,ridge-logP,ridge-noref,ridge-affine")
+    ap.add_argument("--variants", default="ridge,ridge-logP,ridge-noref,ridge-affine")
     ap.add_argument("--seeds", type=int, default=5)
+    ap.add_argument("--loop", action="store_true", help="also simulate the refit loop (slow)")
     ap.add_argument("--json", type=Path, help="also write every result here")
     args = ap.parse_args()
 
     ref = ReferenceModel.load(args.model_dir)
     ks = [int(k) for k in args.k.split(",")]
-    variants = args.variants.split(",")
+    variants = [v for v in args.variants.split(",") if v != "ref"]
     rows = []
     print(f"reference {ref.model_id} from {ref.model_dir}; means over {args.seeds} seeds")
-    hdr = (f"{'trace':14} {'policy':6} {'k':>3} {'variant':13} {'tMAPE':>6} {'pMAPE':>6} "
-           f"{'pen%':>6} {'over%':>6} | {'gPen%':>6} {'gOver%':>6} {'steps':>5} {'fit s':>6}")
+    print(timings(ref))
+    hdr = (
+        f"{'trace':14} {'policy':6} {'k':>3} {'variant':12} {'tMAPE':>5} {'pMAPE':>5} "
+        f"{'pen%':>5} {'over%':>5} | {'gPen%':>5} {'gOvr%':>5} {'gMeas':>5} | "
+        f"{'lPen%':>5} {'lOvr%':>5} {'lMeas':>5}"
+    )
     print(hdr)
     print("-" * len(hdr))
+
+    def show(tname: str, policy: str, k: int, variant: str, r: Result) -> None:
+        rows.append({"trace": tname, "policy": policy, "k": k, "variant": variant, **vars(r)})
+        print(
+            f"{tname:14} {policy:6} {k:3d} {variant:12} {r.time_mape:5.1f} {r.power_mape:5.1f} "
+            f"{r.penalty:5.1f} {r.over:5.1f} | {r.g_penalty:5.1f} {r.g_over:5.1f} "
+            f"{r.g_meas:5.1f} | {r.l_penalty:5.1f} {r.l_over:5.1f} {r.l_meas:5.1f}",
+            flush=True,
+        )
+
     for tname in args.traces.split(","):
         fname, budgets = TRACES[tname]
         trace = Trace.load(TRACE_DIR / fname)
-        ref_pred = ref.predict(trace.modes_array)
+        e_all = ref.embed(trace.modes_array)
+        show(
+            tname, "-", 0, "ref", evaluate(trace, budgets, ref, e_all, "random", 0, "ref", 0, False)
+        )
         for policy in args.policies.split(","):
             for k in ks:
                 for variant in variants:
-                    seeds = [0] if variant == "ref" else range(args.seeds)
-                    rs = [evaluate(trace, budgets, ref, policy, k, variant, sd, ref_pred)
-                          for sd in seeds]
-                    mean = Result(*np.mean([list(vars(r).values()) for r in rs], axis=0))
-                    rows.append({"trace": tname, "policy": policy, "k": k, "variant": variant,
-                                 **vars(mean)})
-                    print(f"{tname:14} {policy:6} {k:3d} {variant:13} {mean.time_mape:6.1f} "
-                          f"{mean.power_mape:6.1f} {mean.penalty:6.1f} {mean.over:6.1f} | "
-                          f"{mean.g_penalty:6.1f} {mean.g_over:6.1f} {mean.g_steps:5.1f} "
-                          f"{mean.fit_s:6.3f}", flush=True)
-                if variants == ["ref"]:
-                    break
+                    rs = [
+                        evaluate(trace, budgets, ref, e_all, policy, k, variant, sd, args.loop)
+                        for sd in range(args.seeds)
+                    ]
+                    show(
+                        tname,
+                        policy,
+                        k,
+                        variant,
+                        Result(*np.mean([list(vars(r).values()) for r in rs], axis=0)),
+                    )
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1))
     return 0

@@ -152,8 +152,11 @@ class PowerTrain(Strategy):
         room_share: float = 1.0,
         noise_time: float = 0.02,
         noise_power_w: float = 0.2,
-        time_doubt0: float = 0.3,
-        power_doubt0: float = 3.0,
+        time_doubt0: float = 0.08,
+        power_doubt0: float = 1.0,
+        miss_window: int = 12,
+        min_fit_prob: float = 0.5,
+        ration: float = 0.0,
     ):
         self.space = space
         self.axes = axes_of(space)
@@ -161,6 +164,10 @@ class PowerTrain(Strategy):
         self.mode_list = [PowerMode(*map(int, r)) for r in self.modes_array]
         self.index = {m: i for i, m in enumerate(self.mode_list)}
         self.coords = rank_grid(self.modes_array, self.axes)
+        self.rank_idx = np.stack(
+            [np.searchsorted(np.asarray(ax), self.modes_array[:, j]) for j, ax in enumerate(self.axes)],
+            axis=1,
+        )
         self.factory = predictor_factory or load_reference_predictor
         self.max_modes = max(1, int(max_modes))
         self.n_seeds = max(1, min(self.max_modes - 1, round(seed_share * self.max_modes)))
@@ -179,7 +186,10 @@ class PowerTrain(Strategy):
         self.noise_time = noise_time
         self.noise_power_w = noise_power_w
         self.time_doubt0 = time_doubt0
+        self.miss_window = miss_window
         self.power_doubt0 = power_doubt0
+        self.min_fit_prob = min_fit_prob
+        self.ration = ration
 
         self._reference: Predictor | None = None
         self._ref_pred: tuple[np.ndarray, np.ndarray] | None = None
@@ -193,6 +203,9 @@ class PowerTrain(Strategy):
         self._converged = False
         self._budget: float | None = None
         self._picks = 0  # picks measured for the current budget
+        self._scored: set[PowerMode] = set()
+        self._misses_t: list[float] = []  # log(measured / predicted) before it was measured
+        self._misses_p: list[float] = []  # W
 
     # -- predictor plumbing ---------------------------------------------------------------
     def on_fitted(self, predictor: Predictor) -> None:
@@ -244,7 +257,34 @@ class PowerTrain(Strategy):
         own = {k: v for k, v in samples.items() if k in self.index}
         if self._fitted is not None and self._fitted_on is None:
             self._fitted_on = frozenset(own)
+        self._score_misses(own)
         return self._decide(budget_w, own)
+
+    def _score_misses(self, own: Mapping[PowerMode, Measurement]) -> None:
+        """Record how far the model at hand was off on measurements it had not seen: the
+        honest error that sets how much a prediction is doubted (in-sample residuals of a
+        fit are far smaller than its misses)."""
+        fresh = [m for k, m in own.items() if k not in self._scored]
+        if not fresh:
+            return
+        if self._scored:
+            known = {k: v for k, v in own.items() if k in self._scored}
+            t, p, _, _ = self._corrected(known)
+            for m in fresh:
+                if m.aborted_over_budget or not math.isfinite(m.power_w):
+                    continue
+                i = self.index[m.mode]
+                self._misses_p.append(m.power_w - p[i])
+                if math.isfinite(m.time_ms) and m.time_ms > 0 and t[i] > 0:
+                    self._misses_t.append(math.log(m.time_ms / t[i]))
+        self._scored.update(m.mode for m in fresh)
+
+    def _miss(self, misses: list[float], prior: float, floor: float) -> float:
+        """RMS of the recent misses, shrunk towards `prior` while there are few."""
+        recent = misses[-self.miss_window :]
+        k = len(recent)
+        ms = (sum(x * x for x in recent) + prior * prior * 2) / (k + 2)
+        return max(floor, math.sqrt(ms))
 
     def _decide(self, budget_w: float, own: dict[PowerMode, Measurement]) -> Action:
         room = self.max_modes - len(own)
@@ -352,29 +392,39 @@ class PowerTrain(Strategy):
         refit cannot bend to. The doubts are the model's typical miss on the measured modes
         (relative for time, W for power), fading out next to a measured mode."""
         t_hat, p_hat = self._predictions()
-        idx, rt, rp = [], [], []
+        n = len(t_hat)
+        # Power residuals include aborted windows: their mean power is the model's miss
+        # that matters most (an over-budget pick), even if a refit leaves them out.
+        ip, rp, it, rt = [], [], [], []
         for mode, m in own.items():
-            if m.aborted_over_budget or not (math.isfinite(m.time_ms) and math.isfinite(m.power_w)):
+            if not math.isfinite(m.power_w):
                 continue
             i = self.index[mode]
-            if t_hat[i] > 0 and m.time_ms > 0:
-                idx.append(i)
+            ip.append(i)
+            rp.append(m.power_w - p_hat[i])
+            if not m.aborted_over_budget and math.isfinite(m.time_ms) and m.time_ms > 0 < t_hat[i]:
+                it.append(i)
                 rt.append(math.log(m.time_ms / t_hat[i]))
-                rp.append(m.power_w - p_hat[i])
-        n = len(t_hat)
-        if not idx:
+        if not ip:
             return t_hat, p_hat, np.full(n, self.time_doubt0), np.full(n, self.power_doubt0)
-        d2 = ((self.coords[:, None, :] - self.coords[None, idx, :]) ** 2).sum(axis=2)
-        w = np.exp(-d2 / (2.0 * self.local_width**2))
-        norm = w.sum(axis=1) + self.local_shrink
-        t = t_hat * np.exp(w @ np.array(rt) / norm)
-        p = p_hat + w @ np.array(rp) / norm
-        far = np.sqrt(np.clip(1.0 - w.max(axis=1), 0.0, 1.0))
-        miss_t = float(np.sqrt(np.mean(np.square(rt))))
-        miss_p = float(np.sqrt(np.mean(np.square(rp))))
-        doubt_t = self.noise_time + max(miss_t, self.noise_time) * far
-        doubt_p = self.noise_power_w + max(miss_p, self.noise_power_w) * far
+        wp = self._kernel(ip)
+        p = p_hat + wp @ np.array(rp) / (wp.sum(axis=1) + self.local_shrink)
+        t = t_hat
+        wt = wp[:, [ip.index(i) for i in it]]
+        if it:
+            t = t_hat * np.exp(wt @ np.array(rt) / (wt.sum(axis=1) + self.local_shrink))
+        far = np.sqrt(np.clip(1.0 - wp.max(axis=1), 0.0, 1.0))
+        far_t = np.sqrt(np.clip(1.0 - wt.max(axis=1), 0.0, 1.0)) if it else np.ones(n)
+        miss_t = self._miss(self._misses_t, self.time_doubt0, self.noise_time)
+        miss_p = self._miss(self._misses_p, self.power_doubt0, self.noise_power_w)
+        doubt_t = self.noise_time + miss_t * far_t
+        doubt_p = self.noise_power_w + miss_p * far
         return t, p, doubt_t, doubt_p
+
+    def _kernel(self, rows: Sequence[int]) -> np.ndarray:
+        """(N, k) similarity of every mode to the modes `rows`, in rank space."""
+        d2 = ((self.coords[:, None, :] - self.coords[None, list(rows), :]) ** 2).sum(axis=2)
+        return np.exp(-d2 / (2.0 * self.local_width**2))
 
     # -- picking ------------------------------------------------------------------------
     def _pick(self, budget_w: float, own: Mapping[PowerMode, Measurement]) -> int | None:
@@ -383,12 +433,25 @@ class PowerTrain(Strategy):
         t, p, dt, dp = self._corrected(own)
         open_ = np.ones(len(t), dtype=bool)
         for mode, m in own.items():
-            if not needs_remeasure(m, budget_w):
-                open_[self.index[mode]] = False
+            i = self.index[mode]
+            if needs_remeasure(m, budget_w):
+                continue
+            open_[i] = False
+            # Power and time are monotone enough in every knob to prune by dominance: a mode
+            # at or above (every knob) one measured over the budget is over too; one at or
+            # below a measured mode that fits is no faster than it.
+            if m.power_w > budget_w:
+                open_ &= ~np.all(self.rank_idx >= self.rank_idx[i], axis=1)
+            elif fits(m, budget_w) and math.isfinite(m.time_ms):
+                open_ &= ~np.all(self.rank_idx <= self.rank_idx[i], axis=1)
         cand = np.flatnonzero(open_ & np.isfinite(t) & (t > 0) & (p <= budget_w + 2 * dp))
         if cand.size == 0:
             return None
         fit_p = _norm_cdf((budget_w - self.pick_margin_w - p[cand]) / dp[cand])
+        keep = fit_p >= self.min_fit_prob
+        cand, fit_p = cand[keep], fit_p[keep]
+        if cand.size == 0:
+            return None
         best = best_within(own, budget_w)
         if best is None:
             # nothing fits yet: the fastest mode more likely in than out
@@ -400,7 +463,10 @@ class PowerTrain(Strategy):
         gain = dt[cand] * (z * _norm_cdf(z) + _norm_pdf(z))  # expected log-time improvement
         score = gain * fit_p
         k = int(np.argmax(score))
-        if score[k] < self.min_gain:
+        # Ration the workload's remaining profiling room: the emptier it gets, the larger
+        # the gain a new measurement must promise.
+        room = max(1, self.max_modes - len(own))
+        if score[k] < self.min_gain * max(1.0, self.ration * self.max_modes / room):
             return None
         return int(cand[k])
 

@@ -2,6 +2,7 @@
 the fine-tuning worker the daemon runs in a subprocess.
 
     python -m powerd.predictor.finetune_worker IN.npz OUT_DIR
+    python /path/to/powerd/predictor/finetune_worker.py IN.npz OUT_DIR   (what the daemon runs)
 
 IN.npz holds ``modes`` (k, 4) int64, ``time_ms`` (k,), ``power_w`` (k,) (NaN = not
 measured), ``model_dir`` (the reference model dir) and ``options`` (a JSON string, see
@@ -20,6 +21,21 @@ from __future__ import annotations
 
 import json
 import sys
+
+if __name__ == "__main__" and sys.path and __file__.startswith(sys.path[0] or "\0"):
+    # Run by path (as powerd.predictor.transfer does), the script's own directory leads
+    # sys.path, which would make this package's modules importable under bare names
+    # ("paths", "features", ...) and could shadow unrelated modules torch imports.
+    sys.path.pop(0)
+
+if __name__ == "__main__":
+    # Before any other import: an interpreter without torch may lack numpy as well, and the
+    # caller must learn "no torch" (exit 3), not a numpy traceback.
+    try:
+        import torch  # noqa: F401
+    except ImportError as _e:
+        print(f"torch not importable by {sys.executable}: {_e}", file=sys.stderr)
+        sys.exit(3)
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -103,8 +119,9 @@ def to_weights(net: Any, scaler: dict[str, Any]):
     def np_(t: Any) -> np.ndarray:
         return t.detach().cpu().numpy().astype(np.float32).copy()
 
-    trunks = [[(np_(lin.weight).T.copy(), np_(lin.bias)) for lin in linear_layers(t)]
-              for t in net.trunks]
+    trunks = [
+        [(np_(lin.weight).T.copy(), np_(lin.bias)) for lin in linear_layers(t)] for t in net.trunks
+    ]
     m = len(net.heads)
     w_last = np.concatenate([np_(h.weight).T for h in net.heads], axis=0) / m
     b_last = np.mean([np_(h.bias) for h in net.heads], axis=0)
@@ -127,8 +144,9 @@ def load_reference_nets(model_dir: Path) -> tuple[dict, dict[str, Any]]:
     arch = meta["architecture"]
     nets = {}
     for name in ("time", "power"):
-        net = build_net(len(meta["models"][name]["exps"]), arch["hidden"], arch["dropout"],
-                        arch["members"])
+        net = build_net(
+            len(meta["models"][name]["exps"]), arch["hidden"], arch["dropout"], arch["members"]
+        )
         state = torch.load(model_dir / f"{name}.pt", map_location="cpu", weights_only=True)
         net.load_state_dict(state)
         net.eval()
@@ -144,7 +162,7 @@ def trainable(net: Any, layers: int) -> list[Any]:
     params = []
     for trunk, head in zip(net.trunks, net.heads, strict=True):
         lins = linear_layers(trunk) + [head]
-        for lin in lins[-max(1, int(layers)):]:
+        for lin in lins[-max(1, int(layers)) :]:
             for p in lin.parameters():
                 p.requires_grad_(True)
                 params.append(p)
@@ -190,8 +208,9 @@ def finetune(
             x = torch.tensor((feats - entry["x_mean"]) / entry["x_std"], dtype=torch.float32)
             y = torch.tensor(_target(name, entry, time_ms[ok], power_w[ok]), dtype=torch.float32)
             params = trainable(net, int(opts["layers"]))
-            opt = torch.optim.Adam(params, lr=float(opts["lr"]),
-                                   weight_decay=float(opts["weight_decay"]))
+            opt = torch.optim.Adam(
+                params, lr=float(opts["lr"]), weight_decay=float(opts["weight_decay"])
+            )
             net.eval()  # dropout off: k samples are too few to regularise by noise
             for _ in range(int(opts["steps"])):
                 opt.zero_grad()

@@ -91,8 +91,9 @@ class MLPWeights:
                 tag = f"{prefix}m{m}_"
                 inits.append(numpy_helper.from_array(_f32(w), f"{tag}W{i}"))
                 inits.append(numpy_helper.from_array(_f32(b), f"{tag}b{i}"))
-                nodes.append(helper.make_node("Gemm", [x, f"{tag}W{i}", f"{tag}b{i}"],
-                                              [f"{tag}z{i}"]))
+                nodes.append(
+                    helper.make_node("Gemm", [x, f"{tag}W{i}", f"{tag}b{i}"], [f"{tag}z{i}"])
+                )
                 x = f"{tag}a{i}"
                 nodes.append(helper.make_node("Relu", [f"{tag}z{i}"], [x]))
             outs.append(x)
@@ -104,9 +105,12 @@ class MLPWeights:
         w, b = self.last
         inits.append(numpy_helper.from_array(_f32(w), f"{prefix}W_last"))
         inits.append(numpy_helper.from_array(_f32(b), f"{prefix}b_last"))
-        nodes.append(helper.make_node("Gemm", [h, f"{prefix}W_last", f"{prefix}b_last"],
-                                      [f"{prefix}z_last"]))
-        nodes.append(helper.make_node("Mul", [f"{prefix}z_last", f"{prefix}y_std"], [f"{prefix}ys"]))
+        nodes.append(
+            helper.make_node("Gemm", [h, f"{prefix}W_last", f"{prefix}b_last"], [f"{prefix}z_last"])
+        )
+        nodes.append(
+            helper.make_node("Mul", [f"{prefix}z_last", f"{prefix}y_std"], [f"{prefix}ys"])
+        )
         nodes.append(helper.make_node("Add", [f"{prefix}ys", f"{prefix}y_mean"], [f"{prefix}y2"]))
         inits.append(numpy_helper.from_array(np.array([-1], dtype=np.int64), f"{prefix}flat"))
         nodes.append(helper.make_node("Reshape", [f"{prefix}y2", f"{prefix}flat"], [f"{prefix}y"]))

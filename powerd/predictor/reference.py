@@ -51,8 +51,9 @@ def file_sha256(path: Path) -> str:
 class ReferenceModel:
     """Two ONNX MLPs (time, power) loaded from the model dir; see models/MODEL_CARD.md."""
 
-    def __init__(self, model_dir: Path, meta: dict, time_onnx: bytes, power_onnx: bytes,
-                 threads: int = 1):
+    def __init__(
+        self, model_dir: Path, meta: dict, time_onnx: bytes, power_onnx: bytes, threads: int = 1
+    ):
         self.model_dir = model_dir
         self.meta = meta
         self._time_bytes = time_onnx
@@ -72,16 +73,18 @@ class ReferenceModel:
         return {p.key: p.value for p in m.metadata_props}.get("target", "?")
 
     @classmethod
-    def load(cls, model_dir: str | os.PathLike[str] | None = None, threads: int = 1
-             ) -> ReferenceModel:
+    def load(
+        cls, model_dir: str | os.PathLike[str] | None = None, threads: int = 1
+    ) -> ReferenceModel:
         """Load from `model_dir`, or from the first place :func:`find_model_dir` finds."""
         d = find_model_dir(model_dir)
         try:
             meta = json.loads((d / "scaler.json").read_text())
         except (OSError, ValueError) as e:
             raise ValueError(f"{d}/scaler.json unreadable: {e}") from e
-        return cls(d, meta, (d / "time.onnx").read_bytes(), (d / "power.onnx").read_bytes(),
-                   threads)
+        return cls(
+            d, meta, (d / "time.onnx").read_bytes(), (d / "power.onnx").read_bytes(), threads
+        )
 
     def mlps(self) -> tuple[MLPWeights, MLPWeights]:
         """The (time, power) weights, for building a fitted model's ONNX graph."""
@@ -101,8 +104,10 @@ class ReferenceModel:
         ty, th = self._time.run(["y", "h"], {MODES_INPUT: m})
         py, ph = self._power.run(["y", "h"], {MODES_INPUT: m})
         return Embedding(
-            ty.astype(np.float64), th.astype(np.float64),
-            py.astype(np.float64), ph.astype(np.float64),
+            ty.astype(np.float64),
+            th.astype(np.float64),
+            py.astype(np.float64),
+            ph.astype(np.float64),
         )
 
     def predict(self, modes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -106,15 +106,24 @@ class RidgeOptions:
     # Below this many samples only the scale is fitted (coef_ref = 1, no activations):
     # an affine fit through two or three noisy points can tilt the whole mode space.
     min_affine: int = 5
+    # Outlier trimming (see _trimmed), at most max_outlier_frac of the samples. Real traces hold a few anomalous rows (Orin AGX at 2 cores / 268 MHz
+    # with the GPU at its top clock runs 3-4x faster than its neighbours, in both traces),
+    # and maximin coverage loves exactly such corners. 0 disables.
+    outlier_z: float = 4.0
+    max_outlier_frac: float = 0.1
+    min_gain: float = 0.2  # removal must cut the others' mean squared LOO error by this
+    min_trim: int = 10  # fewer samples than this: too few to tell an outlier from a trend
+    time_floor: float = 0.1  # log ms (~10%)
+    power_floor: float = 1.0  # W (log W: 0.05)
 
 
 @dataclass
 class FitStats:
     """What a fit saw and how well it matches its own samples (MAPE in %)."""
 
-    n_time: int = 0
+    n_time: int = 0  # samples the time model was fitted to (outliers excluded)
     n_power: int = 0
-    time_mape: float = float("nan")  # in-sample
+    time_mape: float = float("nan")  # in-sample, over the samples fitted to
     power_mape: float = float("nan")
     time_loo_mape: float | None = None  # leave-one-out (ridge only): an honest error estimate
     power_loo_mape: float | None = None
@@ -122,6 +131,9 @@ class FitStats:
     lambda_power: float | None = None
     seconds: float = 0.0
     fallback_reason: str = ""  # why torch-finetune was requested but ridge ran
+    # Samples (indices into the fit's samples) left out as outliers; worth re-measuring.
+    time_outliers: list[int] = field(default_factory=list)
+    power_outliers: list[int] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -244,8 +256,9 @@ class FittedPredictor(Predictor):
         t, p = self._session.run(["time_ms", "power_w"], {MODES_INPUT: m})
         return t.astype(np.float64), p.astype(np.float64)
 
-    def predict_with(self, reference: ReferenceModel, modes: np.ndarray
-                     ) -> tuple[np.ndarray, np.ndarray]:
+    def predict_with(
+        self, reference: ReferenceModel, modes: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
         """The same prediction computed in numpy from `reference`'s outputs and the heads
         (ridge fits only): a cross-check of the exported graph."""
         if self.heads is None:
@@ -269,13 +282,15 @@ class FittedPredictor(Predictor):
         if self.heads is not None:
             heads_meta = []
             for name, hd in zip(("time", "power"), self.heads, strict=True):
-                arrays[f"{name}_w"] = np.asarray(hd.w, dtype=np.float64)
-                heads_meta.append({
-                    "intercept": hd.intercept,
-                    "coef_ref": hd.coef_ref,
-                    "ref_transform": hd.ref_transform,
-                    "out_transform": hd.out_transform,
-                })
+                arrays[f"head_{name}_w"] = np.asarray(hd.w, dtype=np.float64)
+                heads_meta.append(
+                    {
+                        "intercept": hd.intercept,
+                        "coef_ref": hd.coef_ref,
+                        "ref_transform": hd.ref_transform,
+                        "out_transform": hd.out_transform,
+                    }
+                )
         meta = {
             "format": FORMAT,
             "method": self.method,
@@ -306,12 +321,13 @@ class FittedPredictor(Predictor):
         heads = None
         if meta.get("heads"):
             heads = tuple(
-                Head(w=arrays[f"{name}_w"], **hm)
+                Head(w=arrays[f"head_{name}_w"], **hm)
                 for name, hm in zip(("time", "power"), meta["heads"], strict=True)
             )
         samples = Samples(arrays["modes"], arrays["time_ms"], arrays["power_w"])
-        return cls(onnx_bytes, meta["method"], stats, samples, meta.get("reference_id", ""),
-                   heads, threads)  # type: ignore[arg-type]
+        return cls(
+            onnx_bytes, meta["method"], stats, samples, meta.get("reference_id", ""), heads, threads
+        )  # type: ignore[arg-type]
 
 
 def _jsonable(d: dict[str, Any]) -> dict[str, Any]:
@@ -330,11 +346,109 @@ def _atomic_write(path: Path, data: bytes) -> None:
 
 
 def _in_sample(fp: FittedPredictor, s: Samples) -> None:
+    """In-sample MAPE over the samples each model was fitted to (outliers excluded)."""
     if len(s) == 0:
         return
     t, p = fp.predict(s.modes)
-    fp.stats.time_mape = _mape(t[s.time_ok], s.time_ms[s.time_ok])
-    fp.stats.power_mape = _mape(p[s.power_ok], s.power_w[s.power_ok])
+    to, po = s.time_ok.copy(), s.power_ok.copy()
+    to[fp.stats.time_outliers] = False
+    po[fp.stats.power_outliers] = False
+    fp.stats.time_mape = _mape(t[to], s.time_ms[to])
+    fp.stats.power_mape = _mape(p[po], s.power_w[po])
+
+
+def _trimmed(
+    fit: Any, k: int, floor: float, opts: RidgeOptions
+) -> tuple[Head, float | None, np.ndarray, np.ndarray]:
+    """Run `fit(mask)`, then drop outliers one at a time, largest leave-one-out residual
+    first. A candidate must stand out (> outlier_z robust sigmas and > floor) *and* its
+    removal must cut the other samples' leave-one-out error by min_gain: an anomalous row
+    drags its neighbours' predictions, while an informative extreme (the one sample in a
+    corner of the grid) has a large residual but the others do not improve without it.
+    Returns (head, lambda, loo residuals of the kept samples, kept mask)."""
+    keep = np.ones(k, dtype=bool)
+    head, lam, loo = fit(keep)
+    if opts.outlier_z <= 0 or k < opts.min_trim:
+        return head, lam, loo, keep
+    for _ in range(int(opts.max_outlier_frac * k)):
+        kept = np.flatnonzero(keep)
+        a = np.abs(loo)
+        sigma = 1.4826 * float(np.median(a))
+        j = int(np.argmax(a))
+        if a[j] <= max(opts.outlier_z * sigma, floor):
+            break
+        trial = keep.copy()
+        trial[kept[j]] = False
+        t_head, t_lam, t_loo = fit(trial)
+        others = np.delete(loo, j)
+        if np.mean(t_loo**2) > (1.0 - opts.min_gain) * np.mean(others**2):
+            break
+        keep, head, lam, loo = trial, t_head, t_lam, t_loo
+    return head, lam, loo, keep
+
+
+def fit_heads(
+    e: Embedding,
+    s: Samples,
+    reference_meta: dict[str, Any],
+    options: RidgeOptions | None = None,
+) -> tuple[Head, Head, FitStats]:
+    """The ridge refit proper, on the reference's outputs `e` for the sample modes (rows of
+    `e` match `s`). Separate from :func:`fit_ridge` so that an evaluation that refits many
+    times over one mode space can embed every mode once."""
+    opts = options or RidgeOptions()
+    scaler = reference_meta["models"]
+    ti, pi = np.flatnonzero(s.time_ok), np.flatnonzero(s.power_ok)
+    t_target = np.log(s.time_ms[ti])
+    t_scale = np.asarray(scaler["time"]["embed_std"])
+
+    def fit_time(m: np.ndarray) -> tuple[Head, float | None, np.ndarray]:
+        r = ti[m]
+        return ridge_head(
+            e.time_y[r],
+            e.time_h[r],
+            t_target[m],
+            t_scale,
+            use_ref=opts.time_ref,
+            ref_transform="identity",
+            out_transform="exp",
+            options=opts,
+        )
+
+    p_target = np.log(s.power_w[pi]) if opts.power_log else s.power_w[pi]
+    p_scale = np.asarray(scaler["power"]["embed_std"])
+
+    def fit_power(m: np.ndarray) -> tuple[Head, float | None, np.ndarray]:
+        r = pi[m]
+        return ridge_head(
+            e.power_y[r],
+            e.power_h[r],
+            p_target[m],
+            p_scale,
+            use_ref=opts.power_ref,
+            ref_transform="log" if opts.power_log else "identity",
+            out_transform="exp" if opts.power_log else "identity",
+            options=opts,
+        )
+
+    time_head, lam_t, loo_t, keep_t = _trimmed(fit_time, len(ti), opts.time_floor, opts)
+    p_floor = 0.05 if opts.power_log else opts.power_floor
+    power_head, lam_p, loo_p, keep_p = _trimmed(fit_power, len(pi), p_floor, opts)
+    stats = FitStats(
+        n_time=int(keep_t.sum()),
+        n_power=int(keep_p.sum()),
+        lambda_time=lam_t,
+        lambda_power=lam_p,
+        time_outliers=ti[~keep_t].tolist(),
+        power_outliers=pi[~keep_p].tolist(),
+    )
+    if len(loo_t):
+        stats.time_loo_mape = float(np.mean(np.abs(np.expm1(-loo_t))) * 100)
+    if len(loo_p):
+        pk = p_target[keep_p]
+        pred = np.exp(pk - loo_p) if opts.power_log else pk - loo_p
+        stats.power_loo_mape = _mape(pred, s.power_w[pi[keep_p]])
+    return time_head, power_head, stats
 
 
 def fit_ridge(
@@ -347,37 +461,14 @@ def fit_ridge(
     s = Samples.coerce(samples)
     if len(s) == 0:
         raise ValueError("cannot fit a predictor without samples")
-    opts = options or RidgeOptions()
-    e: Embedding = reference.embed(s.modes)
-    scaler = reference.meta["models"]
-    to, po = s.time_ok, s.power_ok
-    time_head, lam_t, loo_t = ridge_head(
-        e.time_y[to], e.time_h[to], np.log(s.time_ms[to]),
-        np.asarray(scaler["time"]["embed_std"]),
-        use_ref=opts.time_ref, ref_transform="identity", out_transform="exp", options=opts,
-    )
-    p_target = np.log(s.power_w[po]) if opts.power_log else s.power_w[po]
-    power_head, lam_p, loo_p = ridge_head(
-        e.power_y[po], e.power_h[po], p_target,
-        np.asarray(scaler["power"]["embed_std"]),
-        use_ref=opts.power_ref,
-        ref_transform="log" if opts.power_log else "identity",
-        out_transform="exp" if opts.power_log else "identity",
-        options=opts,
-    )
-    stats = FitStats(n_time=int(to.sum()), n_power=int(po.sum()),
-                     lambda_time=lam_t, lambda_power=lam_p)
-    if len(loo_t):
-        stats.time_loo_mape = float(np.mean(np.abs(np.expm1(-loo_t))) * 100)
-    if len(loo_p):
-        pw = s.power_w[po]
-        pred = np.exp(p_target - loo_p) if opts.power_log else p_target - loo_p
-        stats.power_loo_mape = _mape(pred, pw)
+    time_head, power_head, stats = fit_heads(reference.embed(s.modes), s, reference.meta, options)
     tm, pm = reference.mlps()
-    model = fitted_model(tm, pm, time_head, power_head,
-                         {"method": "ridge", "reference": reference.model_id})
-    fp = FittedPredictor(model.SerializeToString(), "ridge", stats, s, reference.model_id,
-                         (time_head, power_head))
+    model = fitted_model(
+        tm, pm, time_head, power_head, {"method": "ridge", "reference": reference.model_id}
+    )
+    fp = FittedPredictor(
+        model.SerializeToString(), "ridge", stats, s, reference.model_id, (time_head, power_head)
+    )
     _in_sample(fp, s)
     stats.seconds = time.perf_counter() - t0
     return fp
@@ -405,24 +496,36 @@ def run_finetune_worker(
     with tempfile.TemporaryDirectory(prefix="powerd-fit-") as tmp:
         inp = Path(tmp) / "in.npz"
         out = Path(tmp) / "out"
-        np.savez(inp, modes=samples.modes, time_ms=samples.time_ms, power_w=samples.power_w,
-                 model_dir=np.array(str(reference.model_dir)),
-                 options=np.array(json.dumps(options or {})))
+        np.savez(
+            inp,
+            modes=samples.modes,
+            time_ms=samples.time_ms,
+            power_w=samples.power_w,
+            model_dir=np.array(str(reference.model_dir)),
+            options=np.array(json.dumps(options or {})),
+        )
         env = dict(os.environ)
-        # The worker must import *this* powerd, whatever the interpreter's own site-packages.
+        # Run by path, not with -m: then the worker checks for torch before anything imports
+        # the powerd package (whose client needs pyzmq), so a missing torch is reported as
+        # such. Its later imports must find *this* powerd, whatever that interpreter has.
         env["PYTHONPATH"] = os.pathsep.join(
             [str(_package_root())] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])
         )
         try:
             proc = subprocess.run(
-                [exe, "-m", "powerd.predictor.finetune_worker", str(inp), str(out)],
-                capture_output=True, text=True, timeout=timeout_s, env=env, cwd=tmp,
+                [exe, str(Path(__file__).with_name("finetune_worker.py")), str(inp), str(out)],
+                capture_output=True,
+                text=True,
+                timeout=timeout_s,
+                env=env,
+                cwd=tmp,
             )
         except FileNotFoundError:
             raise WorkerUnavailable(f"fit interpreter {exe!r} not found") from None
         except subprocess.TimeoutExpired:
-            raise WorkerUnavailable(f"fine-tuning worker timed out after {timeout_s:.0f} s"
-                                    ) from None
+            raise WorkerUnavailable(
+                f"fine-tuning worker timed out after {timeout_s:.0f} s"
+            ) from None
         except OSError as e:
             raise WorkerUnavailable(f"cannot run fit interpreter {exe!r}: {e}") from None
         if proc.returncode == 3:
@@ -435,8 +538,11 @@ def run_finetune_worker(
             wstats = json.loads((out / "worker.json").read_text())
         except (OSError, ValueError) as e:
             raise WorkerUnavailable(f"fine-tuning worker wrote no usable output: {e}") from e
-    stats = FitStats(n_time=int(samples.time_ok.sum()), n_power=int(samples.power_ok.sum()),
-                     extra={"worker": wstats, "python": exe})
+    stats = FitStats(
+        n_time=int(samples.time_ok.sum()),
+        n_power=int(samples.power_ok.sum()),
+        extra={"worker": wstats, "python": exe},
+    )
     fp = FittedPredictor(onnx_bytes, "torch-finetune", stats, samples, reference.model_id)
     _in_sample(fp, samples)
     stats.seconds = time.perf_counter() - t0

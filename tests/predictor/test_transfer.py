@@ -1,0 +1,235 @@
+"""Transfer to a new workload / board: the ridge refit, its ONNX export, persistence, and the
+torch worker with its fallback."""
+
+from __future__ import annotations
+
+import math
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from predictor_testlib import mape
+
+from powerd.modes import PowerMode
+from powerd.optimize.base import Measurement, Predictor
+from powerd.predictor.reference import ReferenceModel, make_session
+from powerd.predictor.sampling import select_modes
+from powerd.predictor.transfer import (
+    FittedPredictor,
+    Samples,
+    fit_ridge,
+    fit_workload,
+)
+
+
+def profile(trace, idx: np.ndarray) -> Samples:
+    return Samples(trace.modes_array[idx], trace.time_ms[idx], trace.power_w[idx])
+
+
+def front_samples(trace, reference: ReferenceModel, k: int, seed: int = 0) -> Samples:
+    pred = reference.predict(trace.modes_array)
+    return profile(trace, select_modes("front", trace.modes_array, k, predicted=pred, seed=seed))
+
+
+@pytest.mark.parametrize("k", [30, 50])
+@pytest.mark.parametrize("which", ["mobilenet", "nano"])
+def test_refit_beats_reference(reference, request, which: str, k: int) -> None:
+    trace = request.getfixturevalue(which)
+    s = front_samples(trace, reference, k)
+    fp = fit_ridge(s, reference)
+    t, p = fp.predict(trace.modes_array)
+    t0, p0 = reference.predict(trace.modes_array)
+    tm, pm = mape(t, trace.time_ms), mape(p, trace.power_w)
+    assert tm < mape(t0, trace.time_ms) / 2
+    assert pm < mape(p0, trace.power_w)
+    # The product's prediction targets (on every mode of a workload never trained on).
+    assert tm <= 15 and pm <= 6, (tm, pm)
+    assert fp.method == "ridge"
+    assert fp.stats.n_time + len(fp.stats.time_outliers) == k
+    assert fp.stats.n_power + len(fp.stats.power_outliers) == k
+    assert len(fp.stats.time_outliers) <= k // 10
+    assert fp.stats.time_mape < 15 and fp.stats.time_loo_mape is not None
+
+
+def test_refit_improves_with_random_samples_too(reference, mobilenet) -> None:
+    idx = select_modes("random", mobilenet.modes_array, 40, seed=3)
+    fp = fit_ridge(profile(mobilenet, idx), reference)
+    t, _ = fp.predict(mobilenet.modes_array)
+    assert mape(t, mobilenet.time_ms) < 15
+
+
+def test_fitted_predictor_is_a_strategy_predictor(reference, nano) -> None:
+    fp = fit_ridge(front_samples(nano, reference, 20), reference)
+    assert isinstance(fp, Predictor)
+    t, p = fp.predict(nano.modes_array)
+    assert t.shape == p.shape == (len(nano),)
+    assert t.dtype == np.float64 and np.all(t > 0)
+
+
+def test_exported_onnx_equals_numpy_heads(reference, mobilenet) -> None:
+    fp = fit_ridge(front_samples(mobilenet, reference, 40), reference)
+    t_onnx, p_onnx = fp.predict(mobilenet.modes_array)
+    t_np, p_np = fp.predict_with(reference, mobilenet.modes_array)
+    np.testing.assert_allclose(t_onnx, t_np, rtol=1e-5)
+    np.testing.assert_allclose(p_onnx, p_np, rtol=1e-5)
+    model = onnx.load_from_string(fp.onnx_bytes)
+    onnx.checker.check_model(model)
+    assert [o.name for o in model.graph.output] == ["time_ms", "power_w"]
+    # A fresh onnxruntime session on the bytes alone (what another process would load).
+    t2, p2 = make_session(fp.onnx_bytes).run(None, {"modes": mobilenet.modes_array[:50]})
+    np.testing.assert_allclose(t2, t_np[:50], rtol=1e-5)
+    np.testing.assert_allclose(p2, p_np[:50], rtol=1e-5)
+
+
+def test_save_load_round_trip(reference, nano, tmp_path: Path) -> None:
+    fp = fit_ridge(front_samples(nano, reference, 30), reference)
+    fp.save(tmp_path / "fit")
+    assert {p.name for p in (tmp_path / "fit").iterdir()} == {
+        "predictor.onnx",
+        "fit.npz",
+        "fitted.json",
+    }
+    back = FittedPredictor.load(tmp_path / "fit")
+    for a, b in zip(fp.predict(nano.modes_array), back.predict(nano.modes_array), strict=True):
+        np.testing.assert_array_equal(a, b)
+    assert back.method == fp.method == "ridge"
+    assert back.reference_id == reference.model_id
+    assert back.stats.time_mape == pytest.approx(fp.stats.time_mape)
+    assert back.stats.lambda_time == fp.stats.lambda_time
+    np.testing.assert_array_equal(back.samples.modes, fp.samples.modes)
+    np.testing.assert_array_equal(back.samples.power_w, fp.samples.power_w)
+    assert back.heads is not None and fp.heads is not None
+    np.testing.assert_array_equal(back.heads[0].w, fp.heads[0].w)
+    np.testing.assert_allclose(
+        back.predict_with(reference, nano.modes_array[:20])[0],
+        fp.predict(nano.modes_array[:20])[0],
+        rtol=1e-5,
+    )
+
+
+def test_saved_fit_survives_without_reference_dir(reference, nano, tmp_path: Path) -> None:
+    # A persisted fit must not depend on the bundled model (an upgrade may replace it).
+    fp = fit_ridge(front_samples(nano, reference, 20), reference)
+    fp.save(tmp_path / "fit")
+    shutil.copytree(tmp_path / "fit", tmp_path / "moved")
+    back = FittedPredictor.load(tmp_path / "moved")
+    np.testing.assert_array_equal(
+        back.predict(nano.modes_array)[0], fp.predict(nano.modes_array)[0]
+    )
+
+
+def test_load_rejects_garbage(tmp_path: Path) -> None:
+    (tmp_path / "fitted.json").write_text("{}")
+    with pytest.raises(ValueError, match="not a saved powerd predictor"):
+        FittedPredictor.load(tmp_path)
+
+
+def test_nan_time_is_used_for_power_only(reference, mobilenet) -> None:
+    s = front_samples(mobilenet, reference, 30)
+    t = s.time_ms.copy()
+    t[:5] = np.nan
+    fp = fit_ridge(Samples(s.modes, t, s.power_w), reference)
+    assert fp.stats.n_time + len(fp.stats.time_outliers) == 25
+    assert fp.stats.n_power + len(fp.stats.power_outliers) == 30
+    assert not set(fp.stats.time_outliers) & set(range(5))  # indices of measured samples
+    assert np.all(np.isfinite(fp.predict(mobilenet.modes_array)[0]))
+
+
+def test_from_measurements_drops_aborted(reference, mobilenet) -> None:
+    rows = mobilenet.rows[:12]
+    ms = {r.mode: Measurement(r.mode, r.time_ms, r.power_w, steps=5) for r in rows}
+    m0 = PowerMode(*mobilenet.modes_array[100].tolist())
+    ms[m0] = Measurement(m0, math.nan, 60.0, aborted_over_budget=True)
+    fp = fit_workload(ms, reference)
+    assert fp.stats.n_time == 12 and fp.stats.n_power == 12
+    assert len(fp.samples) == 13
+
+
+@pytest.mark.parametrize("k", [1, 2, 4])
+def test_few_samples_rescale_the_reference(reference, nano, k: int) -> None:
+    s = profile(nano, np.arange(k) * 17)
+    fp = fit_ridge(s, reference)
+    t, p = fp.predict(nano.modes_array)
+    t0, p0 = reference.predict(nano.modes_array)
+    assert np.all(np.isfinite(t)) and np.all(np.isfinite(p))
+    # Scale-only fit: the reference's ranking of time is kept exactly.
+    np.testing.assert_allclose(np.log(t) - np.log(t0), np.log(t[0]) - np.log(t0[0]), atol=1e-4)
+
+
+def test_fit_requires_samples(reference) -> None:
+    with pytest.raises(ValueError, match="without samples"):
+        fit_workload((np.zeros((0, 4), dtype=np.int64), [], []), reference)
+    with pytest.raises(ValueError, match="unknown fit method"):
+        fit_workload(
+            (np.array([[4, 729600, 624750000, 2133000000]]), [100.0], [20.0]),
+            reference,
+            method="magic",
+        )
+
+
+def fit_plus_predict_seconds(fp_fn) -> float:
+    t0 = time.perf_counter()
+    fp = fp_fn()
+    fp.predict(np.tile(np.array([[4, 729600, 624750000, 2133000000]]), (18_000, 1)))
+    return time.perf_counter() - t0
+
+
+def test_ridge_fit_is_fast(reference, mobilenet) -> None:
+    s = front_samples(mobilenet, reference, 50)
+    assert fit_plus_predict_seconds(lambda: fit_ridge(s, reference)) < 2.0
+
+
+def python_without_torch() -> str | None:
+    for exe in ("/usr/bin/python3", shutil.which("python3") or ""):
+        if not exe or not Path(exe).exists():
+            continue
+        r = subprocess.run([exe, "-c", "import torch"], capture_output=True, timeout=60)
+        if r.returncode != 0:
+            return exe
+    return None
+
+
+def test_fallback_to_ridge_when_interpreter_lacks_torch(reference, nano) -> None:
+    exe = python_without_torch()
+    if exe is None:
+        pytest.skip("every python3 here has torch")
+    s = front_samples(nano, reference, 20)
+    fp = fit_workload(s, reference, python=exe, method="torch-finetune")
+    assert fp.method == "ridge"
+    assert "torch" in fp.stats.fallback_reason and exe in fp.stats.fallback_reason
+    ridge = fit_ridge(s, reference)
+    np.testing.assert_allclose(fp.predict(nano.modes_array)[0], ridge.predict(nano.modes_array)[0])
+
+
+def test_fallback_when_interpreter_missing(reference, nano) -> None:
+    s = front_samples(nano, reference, 10)
+    fp = fit_workload(s, reference, python="/nonexistent/python3", method="torch-finetune")
+    assert fp.method == "ridge" and "not found" in fp.stats.fallback_reason
+
+
+def test_default_method_is_ridge_without_subprocess(reference, nano) -> None:
+    fp = fit_workload(front_samples(nano, reference, 10), reference, python="/nonexistent/py")
+    assert fp.method == "ridge" and fp.stats.fallback_reason == ""
+
+
+def test_torch_worker_fine_tunes_and_exports(reference, nano, tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    s = front_samples(nano, reference, 30)
+    t0 = time.perf_counter()
+    fp = fit_workload(s, reference, method="torch-finetune")
+    t, p = fp.predict(nano.modes_array)
+    elapsed = time.perf_counter() - t0
+    assert fp.method == "torch-finetune", fp.stats.fallback_reason
+    assert elapsed < 20, f"worker fit + predict took {elapsed:.1f} s"
+    t_ref, p_ref = reference.predict(nano.modes_array)
+    assert mape(t, nano.time_ms) < mape(t_ref, nano.time_ms)
+    assert mape(p, nano.power_w) < mape(p_ref, nano.power_w)
+    assert fp.stats.extra["worker"]["n_time"] == 30
+    fp.save(tmp_path)
+    back = FittedPredictor.load(tmp_path)
+    assert back.method == "torch-finetune" and back.heads is None
+    np.testing.assert_array_equal(back.predict(nano.modes_array)[1], p)
