@@ -82,12 +82,6 @@ def _serve(config_path: str | None) -> int:
         log.error("%s", exc)
         return 1
     daemon = Daemon(cfg, hw)
-    try:
-        from powerd.fitting import make_fitter
-
-        daemon.fitter = make_fitter(cfg)
-    except ImportError:
-        pass
     server = Server(daemon)
     server.install_signal_handlers()
     try:

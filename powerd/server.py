@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import grp
 import logging
+import math
 import os
 import signal
 import threading
 import time
 import uuid
-from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,10 +25,12 @@ import zmq
 from powerd import protocol as p
 from powerd.client import admin_endpoint
 from powerd.config import Config
+from powerd.fitting import Fitting
 from powerd.hardware import Hardware
 from powerd.modes import PowerMode
 from powerd.optimize import make_strategy
 from powerd.optimize.base import Measurement
+from powerd.optimize.pareto import pareto_front
 from powerd.profiler import WindowSpec
 from powerd.store import Store
 from powerd.tuner import Tuner, TunerFailed, TunerHooks, WorkloadState
@@ -83,11 +85,12 @@ class Daemon:
     fit_executor: ThreadPoolExecutor = field(
         default_factory=lambda: ThreadPoolExecutor(1, thread_name_prefix="powerd-fit")
     )
-    # (workload, mode space) -> Predictor; runs on the fit executor, never on the loop
-    fitter: Callable[[WorkloadState, Any], Any] | None = None
+    fitting: Fitting | None = None  # None: no predictor (binary-search only)
 
     def __post_init__(self) -> None:
         self.store = Store(self.cfg.state.dir)
+        if self.cfg.strategy.name == "powertrain" and self.fitting is None:
+            self.fitting = Fitting(self.cfg, self.store, self.device.board.key)
         self.default_budget_w = self._load_default_budget()
         self.spec = WindowSpec(
             settle_s=self.cfg.profiling.settle_ms / 1000.0,
@@ -231,10 +234,57 @@ class Daemon:
         return p.StatusReply(id=req.id, status=self.status())
 
     def _on_predict(self, req: p.Predict, identity: bytes, now: float) -> p.BaseModel:
-        return p.Error(id=req.id, code="not_found", message="no fitted predictor (not built yet)")
+        found = self._predictions(req.workload, req.id)
+        if isinstance(found, p.Error):
+            return found
+        modes, t, pw, _ = found
+        return p.Predictions(id=req.id, workload=req.workload, rows=_rows(modes, t, pw))
 
     def _on_pareto(self, req: p.Pareto, identity: bytes, now: float) -> p.BaseModel:
-        return p.Error(id=req.id, code="not_found", message="no fitted predictor (not built yet)")
+        found = self._predictions(req.workload, req.id)
+        if isinstance(found, p.Error):
+            return found
+        modes, t, pw, w = found
+        front = pareto_front(t, pw)
+        measured = [
+            m for m in w.samples.values() if math.isfinite(m.power_w) and math.isfinite(m.time_ms)
+        ]
+        extra: dict[str, Any] = {
+            "profiled": [
+                {**m.mode.as_dict(), "time_ms": m.time_ms, "power_w": m.power_w} for m in measured
+            ],
+            "fit_method": w.fit_method or None,
+        }
+        if self.tuner is not None and self.tuner.workload is w:
+            extra["budget_w"] = self.tuner.budget_w
+            c = self.tuner.committed
+            if c is not None and c.mode in w.samples:
+                m = w.samples[c.mode]
+                extra["chosen"] = {**c.mode.as_dict(), "time_ms": m.time_ms, "power_w": m.power_w}
+        return p.Predictions(
+            id=req.id,
+            workload=req.workload,
+            rows=_rows(modes[front], t[front], pw[front]),
+            extra=extra,
+        )
+
+    def _predictions(self, name: str, msg_id: int):  # noqa: ANN202
+        """(modes, time_ms, power_w, workload) from the workload's fitted predictor."""
+        w = self.workloads.get(("training", name))
+        if w is None and name in self.store.workloads(self.device.board.key):
+            w = self._workload("training", name, persistent=True)
+        predictor = None if w is None else w.predictor
+        if predictor is None:
+            known = ", ".join(self.store.workloads(self.device.board.key)) or "none yet"
+            return p.Error(
+                id=msg_id,
+                code="not_found",
+                message=f"no fitted predictor for workload {name!r} on this board "
+                f"(workloads with samples: {known}); a job with strategy powertrain fits one",
+            )
+        modes = self.device.space.as_array()
+        t, pw = predictor.predict(modes)
+        return modes, t, pw, w
 
     def _on_set_default_budget(
         self, req: p.SetDefaultBudget, identity: bytes, now: float
@@ -260,12 +310,20 @@ class Daemon:
         w = self.workloads.get(key)
         if w is None:
             strategy = make_strategy(
-                self.cfg.strategy.name, self.device.space, max_modes=self.cfg.profiling.modes
+                self.cfg.strategy.name,
+                self.device.space,
+                predictor_factory=self.fitting.reference if self.fitting else None,
+                max_modes=self.cfg.profiling.modes,
             )
             samples = self.store.load_samples(self.device.board.key, name) if persistent else {}
             w = WorkloadState(name, kind, strategy, samples, persistent=persistent)
             if samples:
                 log.info("workload %s: %d stored samples", name, len(samples))
+                fitted = self.fitting.load_fitted(name) if self.fitting else None
+                if fitted is not None:
+                    w.predictor = fitted
+                    w.fit_method = getattr(fitted, "method", "")
+                    strategy.on_fitted(fitted)
             self.workloads[key] = w
         return w
 
@@ -361,11 +419,14 @@ class Daemon:
         )
 
     def _submit_fit(self, workload: WorkloadState) -> Future:
-        if self.fitter is None:
+        if self.fitting is None:
             fut: Future = Future()
             fut.set_exception(RuntimeError("no predictor available"))
             return fut
-        return self.fit_executor.submit(self.fitter, workload, self.device.space)
+        # a copy: the loop keeps owning the live samples while the fit runs
+        return self.fit_executor.submit(
+            self.fitting.fit, workload.name, dict(workload.samples), workload.persistent
+        )
 
     def _persist(self, workload: WorkloadState) -> None:
         if workload.persistent:
@@ -424,6 +485,20 @@ class Daemon:
         self.tuner = None
         self.device.restore()
         self.device.close()
+
+
+def _rows(modes: Any, t: Any, pw: Any) -> list[dict[str, Any]]:
+    return [
+        {
+            "cores": int(m[0]),
+            "cpu_khz": int(m[1]),
+            "gpu_hz": int(m[2]),
+            "emc_hz": int(m[3]),
+            "time_ms": round(float(a), 4),
+            "power_w": round(float(b), 4),
+        }
+        for m, a, b in zip(modes, t, pw, strict=True)
+    ]
 
 
 # ---- sockets -----------------------------------------------------------------------------

@@ -200,6 +200,7 @@ class Tuner:
             predictor = None
         if predictor is not None:
             self.workload.predictor = predictor
+            self.workload.fit_method = getattr(predictor, "method", "")
             self.workload.strategy.on_fitted(predictor)
         self.fit_future = None
         self.state = "deciding"

@@ -312,9 +312,7 @@ class BinarySearch(Strategy):
                 x, cur = y, r
         return x, cur
 
-    def _exchange(
-        self, probe: Prober, x: list[int], cur: Probe
-    ) -> tuple[list[int], Probe] | None:
+    def _exchange(self, probe: Prober, x: list[int], cur: Probe) -> tuple[list[int], Probe] | None:
         # Slowdown per watt saved when lowering each knob (inf when nothing is saved).
         cost: dict[int, float] = {}
         for j in range(4):

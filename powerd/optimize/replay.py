@@ -7,11 +7,12 @@ samples and hands the result to `Strategy.on_fitted`; a `Commit(mode)` ends the 
 budgets shares one samples dict, as the daemon shares a workload's samples across `set_budget`
 calls and jobs. Each commit is judged against the brute-force best mode of the trace.
 
-Also here: stand-ins used until (and besides) the real predictor: `GridSpace` (the mode-space
-protocol the strategies need), `NoisyOracle` (a trace seen through systematic per-axis distortion),
-`TracePredictor` (another workload's trace as the reference model, as the bundled reference is a
-model of ResNet-18 on Orin AGX) and `RidgeFitter` (a last-layer-style transfer: ridge regression of
-log time and power on mode features plus the reference prediction).
+Also here, stand-ins that need neither onnxruntime nor the bundled model: `GridSpace` (the
+mode-space protocol the strategies need), `NoisyOracle` (a trace seen through a systematic
+distortion and jitter), `TracePredictor` (a trace as a predictor: another workload's trace plays
+the reference model) and `RidgeFitter` (a last-layer-style transfer: ridge regression of log time
+and of power on mode features plus the reference's prediction). tools/strategy_replay.py replays
+with the real reference model and transfer (powerd.predictor) by default.
 """
 
 from __future__ import annotations
@@ -150,18 +151,43 @@ class TracePredictor(Predictor):
 
     def __init__(self, trace: Trace):
         self.trace = trace
+        self._cache = _LastCall()
 
     def predict(self, modes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        rows = [self.trace.lookup(PowerMode(*map(int, m))) for m in np.asarray(modes)]
+        modes = np.asarray(modes, dtype=np.int64).reshape(-1, 4)
+        return self._cache(modes, self._predict)
+
+    def _predict(self, modes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        rows = [self.trace.lookup(PowerMode(*map(int, m))) for m in modes]
         return np.array([r.time_ms for r in rows]), np.array([r.power_w for r in rows])
 
 
-class NoisyOracle(Predictor):
-    """The true trace seen through a systematic, smooth per-axis distortion plus per-mode jitter.
+class _LastCall:
+    """Remember the answer for the last few distinct mode arrays (a strategy asks for the
+    whole space again and again; the stand-ins look rows up one by one)."""
 
-    time and power are multiplied by exp(sum_a c_a * u_a + q_a * u_a^2 + b) where u_a is the
-    mode's position on axis a in [-1, 1]; the coefficients are drawn so that the typical error is
-    about `time_err` / `power_err`, and a per-mode jitter of `jitter` is added on top.
+    def __init__(self, size: int = 4):
+        self.size = size
+        self.memo: dict[bytes, tuple[np.ndarray, np.ndarray]] = {}
+
+    def __call__(self, modes: np.ndarray, compute) -> tuple[np.ndarray, np.ndarray]:
+        key = hashlib.blake2b(modes.tobytes(), digest_size=16).digest()
+        hit = self.memo.get(key)
+        if hit is None:
+            if len(self.memo) >= self.size:
+                self.memo.pop(next(iter(self.memo)))
+            hit = self.memo[key] = compute(modes)
+        return hit[0].copy(), hit[1].copy()
+
+
+class NoisyOracle(Predictor):
+    """The true trace seen through a systematic distortion plus per-mode jitter.
+
+    time and power are multiplied by exp(d(u)), u the mode's position on each axis in
+    [-1, 1]: d has a smooth part a ridge on quadratic features can learn (a tilt and a bend
+    per axis and a scale, together about `time_err` / `power_err`) and a wobble it cannot
+    (two random waves across the grid, half as large), and a per-mode jitter (`jitter`,
+    halved for power) no model can.
     """
 
     def __init__(
@@ -177,23 +203,32 @@ class NoisyOracle(Predictor):
         self.jitter = jitter
         self.seed = seed
         rng = np.random.default_rng(seed)
-        self._time_coef = rng.uniform(-1.0, 1.0, size=9) * time_err * np.r_[np.ones(8) / 2, 1]
-        self._power_coef = rng.uniform(-1.0, 1.0, size=9) * power_err * np.r_[np.ones(8) / 2, 1]
+        scale = np.r_[np.ones(8) / 2, 1.0]
+        self._time_coef = rng.uniform(-1.0, 1.0, size=9) * time_err * scale
+        self._power_coef = rng.uniform(-1.0, 1.0, size=9) * power_err * scale
+        self._waves = rng.integers(0, 3, size=(2, 2, 4)).astype(float)  # (time|power, k, axis)
+        self._phases = rng.uniform(0, 2 * math.pi, size=(2, 2))
+        self._wave_amp = (time_err / 2, power_err / 2)
+        self._cache = _LastCall()
 
-    def _log_factor(self, u: np.ndarray, coef: np.ndarray) -> np.ndarray:
-        return u @ coef[:4] + (u * u) @ coef[4:8] + coef[8]
+    def _log_factor(self, u: np.ndarray, coef: np.ndarray, which: int) -> np.ndarray:
+        smooth = u @ coef[:4] + (u * u) @ coef[4:8] + coef[8]
+        waves = np.sin(math.pi * (u @ self._waves[which].T) + self._phases[which]).sum(axis=1)
+        return smooth + self._wave_amp[which] / 2 * waves
 
     def predict(self, modes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         modes = np.asarray(modes, dtype=np.int64).reshape(-1, 4)
+        return self._cache(modes, self._predict)
+
+    def _predict(self, modes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         rows = [self.trace.lookup(PowerMode(*map(int, m))) for m in modes]
         t = np.array([r.time_ms for r in rows])
         p = np.array([r.power_w for r in rows])
         u = _axis_positions(modes, self.axes)
-        jt = np.array([_unit_normals(f"jit/{self.seed}/{tuple(m)}", 2) for m in modes]).reshape(
-            -1, 2
-        )
-        t = t * np.exp(self._log_factor(u, self._time_coef) + self.jitter * jt[:, 0])
-        p = p * np.exp(self._log_factor(u, self._power_coef) + self.jitter / 2 * jt[:, 1])
+        jit = [_unit_normals(f"jitter/{self.seed}/{tuple(m)}", 2) for m in modes]
+        jt = np.array(jit).reshape(-1, 2)
+        t = t * np.exp(self._log_factor(u, self._time_coef, 0) + self.jitter * jt[:, 0])
+        p = p * np.exp(self._log_factor(u, self._power_coef, 1) + self.jitter / 2 * jt[:, 1])
         return t, p
 
 
@@ -229,8 +264,10 @@ class RidgeFitter:
         self.alpha = alpha
 
     def __call__(self, samples: Mapping[PowerMode, Measurement]) -> Predictor:
-        usable = [m for m in samples.values() if math.isfinite(m.time_ms)]
-        powered = [m for m in samples.values() if math.isfinite(m.power_w)]
+        # Like powerd.predictor.transfer: an aborted window trains neither model.
+        ok = [m for m in samples.values() if not m.aborted_over_budget]
+        usable = [m for m in ok if math.isfinite(m.time_ms) and m.time_ms > 0]
+        powered = [m for m in ok if math.isfinite(m.power_w)]
         modes_t = np.array([m.mode.as_tuple() for m in usable], dtype=np.int64).reshape(-1, 4)
         modes_p = np.array([m.mode.as_tuple() for m in powered], dtype=np.int64).reshape(-1, 4)
         wt = self._solve(modes_t, np.log([m.time_ms for m in usable]), log_ref=True)
@@ -369,25 +406,34 @@ def solve_budget(
 
 
 def replay_sweep(
-    strategy: Strategy,
+    strategy: Strategy | Callable[[], Strategy],
     trace: Trace,
     budgets: Iterable[float],
     fitter: Fitter | None = None,
     noise: NoiseModel | None = None,
-    samples: dict[PowerMode, Measurement] | None = None,
+    samples: Mapping[PowerMode, Measurement] | None = None,
     share_samples: bool = True,
 ) -> SweepResult:
-    """Solve every budget in order; samples are shared across budgets unless share_samples=False
-    (then each budget starts from `samples` or empty, and the strategy is asked afresh)."""
+    """Solve every budget in order, as one workload whose budget changes: the samples (and
+    the strategy, with its fitted predictor) carry over. share_samples=False solves each
+    budget afresh from `samples` (or nothing), with a new strategy when given a factory."""
+    make = strategy if not isinstance(strategy, Strategy) else (lambda: strategy)
+    current = make()
     measurer = TraceMeasurer(trace, noise)
     base = dict(samples or {})
     shared = dict(base)
-    result = SweepResult(strategy.name, trace.name)
-    seen: set[PowerMode] = set(base)
-    for b in budgets:
-        s = shared if share_samples else dict(base)
-        commit, stats = solve_budget(strategy, b, s, measurer, fitter)
-        seen.update(s)
+    result = SweepResult(current.name, trace.name)
+    seen: set[PowerMode] = set()
+    for i, b in enumerate(budgets):
+        if share_samples:
+            s = shared
+        else:
+            s = dict(base)
+            if i > 0:
+                current = make()
+        before = set(s)
+        commit, stats = solve_budget(current, b, s, measurer, fitter)
+        seen.update(set(s) - before)
         row = trace.lookup(commit.mode)
         best = trace.best_under(b)
         sample = s.get(commit.mode)
@@ -410,7 +456,7 @@ def replay_sweep(
                 measured_fits=sample is not None and fits(sample, b),
             )
         )
-    result.distinct_modes = len(seen - set(base)) if share_samples else len(seen - set(base))
+    result.distinct_modes = len(seen)
     return result
 
 

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from powerd.device.detect import find_gpu_devfreq
+from powerd.device.errors import SysfsReadError
 from powerd.device.sysfs import DeviceRoot, format_cpu_list, parse_cpu_list, read_int, read_text
 from powerd.modes import PowerMode
 from powerd.sim.boards import (
@@ -689,14 +690,33 @@ class Emulator:
             _replace_file(self.layout.fan_pwm, f"{pwm}\n")
 
 
-def read_effective_mode(root: Path | str) -> PowerMode:
+@functools.lru_cache(maxsize=16)
+def _gpu_devfreq_dir(root: str) -> Path:
+    dev = DeviceRoot(root)
+    return find_gpu_devfreq(dev, tuple("/" + b.gpu_devfreq for b in SIM_BOARDS.values()))
+
+
+def read_effective_mode(root: Path | str, attempts: int = 5) -> PowerMode:
     """The mode an emulated board runs, from its files alone (for an emulated job in another
-    process): online cores, cpu0's cluster cur clock, the GPU cur clock, the EMC rate."""
+    process): online cores, cpu0's cluster cur clock, the GPU cur clock, the EMC rate.
+
+    Unlike a kernel attribute, a plain file can be read half-written (truncated, not yet
+    filled) while the daemon or the emulator writes it: such a read is retried."""
+    for attempt in range(attempts):
+        try:
+            return _read_effective_mode(root)
+        except SysfsReadError:
+            if attempt == attempts - 1:
+                raise
+            time.sleep(0.001)
+    raise AssertionError("unreachable")
+
+
+def _read_effective_mode(root: Path | str) -> PowerMode:
     dev = DeviceRoot(root)
     cores = len(parse_cpu_list(read_text(dev.path(f"/{CPU_DIR}/online"))))
     cpu = read_int(dev.path(f"/{CPU_DIR}/cpu0/cpufreq/scaling_cur_freq"))
-    gpu_dir = find_gpu_devfreq(dev, tuple("/" + b.gpu_devfreq for b in SIM_BOARDS.values()))
-    gpu = read_int(gpu_dir / "cur_freq")
+    gpu = read_int(_gpu_devfreq_dir(str(dev.root)) / "cur_freq")
     rate = dev.path(f"/{EMC_CLK_DIR}/rate")
     emc = read_int(rate) if rate.exists() else 0
     return PowerMode(cores, cpu, gpu, emc)

@@ -54,6 +54,7 @@ def run_training_job(
     with powerd.request(budget_w=budget_w, workload=workload, endpoint=endpoint) as job:
         last_phase = ""
         tuned_since: float | None = None
+        step_end = time.monotonic()
         while True:
             now = time.monotonic()
             if job.phase != last_phase:
@@ -76,7 +77,9 @@ def run_training_job(
             mode = read_effective_mode(root)
             step_s = trace.lookup(mode).time_ms / 1000.0 * time_scale
             step_s *= max(0.5, rng.gauss(1.0, noise))
-            time.sleep(step_s)
+            # sleep to a deadline, so this loop's own overhead does not lengthen the step
+            step_end = max(step_end + step_s, time.monotonic())
+            time.sleep(max(0.0, step_end - time.monotonic()))
             run.seconds_per_mode[mode] = run.seconds_per_mode.get(mode, 0.0) + step_s
             job.step()
             run.steps += 1

@@ -1,0 +1,131 @@
+#!/usr/bin/env python3
+"""Replay the search strategies against the visible traces and print what each one pins.
+
+    .venv/bin/python tools/strategy_replay.py                      # both strategies, 3 traces
+    .venv/bin/python tools/strategy_replay.py --strategy powertrain \
+        --trace powerd/sim/traces/orin_nano_resnet18_imagenet_train.csv
+    .venv/bin/python tools/strategy_replay.py --summary --seeds 0,1,2 --fresh
+
+No daemon, no emulator: powerd.optimize.replay plays the profiler (trace rows with ~2% time
+and 0.2 W power noise, windows aborted 1 W over budget). Budgets are swept upwards (Orin
+AGX 17..50 W, Orin Nano 8..20 W) as one workload whose budget changes, so samples and the
+fitted model carry over; --fresh solves every budget from scratch instead.
+
+powertrain runs with the bundled reference model and the ridge transfer of powerd.predictor
+(--predictor reference, the default); --predictor oracle uses the replay's stand-ins (the
+trace seen through a systematic distortion, refitted by a small ridge) instead.
+
+Per budget: chosen mode and its true time/power, the trace's best mode within the budget,
+the time penalty, overshoot, new probes (modes measured for this budget), probes whose
+true power was over the budget, fits. Then the aggregates: median/mean/p90 penalty, share
+of budgets over by > 0.5 W, distinct modes profiled, probes per budget.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from powerd.modes import FIELDS  # noqa: E402
+from powerd.optimize import STRATEGIES, make_strategy  # noqa: E402
+from powerd.optimize.replay import (  # noqa: E402
+    GridSpace,
+    NoiseModel,
+    NoisyOracle,
+    RidgeFitter,
+    SweepResult,
+    default_budgets,
+    format_table,
+    replay_sweep,
+)
+from powerd.sim.trace import REFERENCE_CORPUS, TRACE_DIR, Trace  # noqa: E402
+
+VISIBLE = (
+    REFERENCE_CORPUS,
+    TRACE_DIR / "orin_agx_mobilenetv3_gld23k_train.csv",
+    TRACE_DIR / "orin_nano_resnet18_imagenet_train.csv",
+)
+
+
+def predictor_pair(kind: str, trace: Trace, seed: int):
+    """(reference factory, fitter) for powertrain."""
+    if kind == "reference":
+        from powerd.predictor import ReferenceModel, fit_workload
+
+        ref = ReferenceModel.load()
+        return (lambda: ref), (lambda samples: fit_workload(samples, ref, method="ridge"))
+    oracle = NoisyOracle(trace, time_err=0.10, power_err=0.05, jitter=0.02, seed=seed)
+    return (lambda: oracle), RidgeFitter(oracle, [trace.axis(f) for f in FIELDS])
+
+
+def run(strategy: str, trace: Trace, args: argparse.Namespace, seed: int) -> SweepResult:
+    space = GridSpace.from_trace(trace)
+    budgets = parse_budgets(args.budgets) if args.budgets else default_budgets(trace)
+    factory, fitter = (None, None)
+    if strategy == "powertrain":
+        factory, fitter = predictor_pair(args.predictor, trace, seed)
+    return replay_sweep(
+        lambda: make_strategy(strategy, space, predictor_factory=factory, max_modes=args.modes),
+        trace,
+        budgets,
+        fitter=fitter,
+        noise=NoiseModel(seed=seed),
+        share_samples=not args.fresh,
+    )
+
+
+def parse_budgets(text: str) -> list[float]:
+    if ":" in text:
+        lo, hi = (float(x) for x in text.split(":"))
+        return [lo + i for i in range(int(hi - lo) + 1)]
+    return [float(x) for x in text.split(",")]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--strategy", action="append", choices=STRATEGIES, help="default: both")
+    ap.add_argument("--trace", action="append", type=Path, help="default: the visible traces")
+    ap.add_argument("--predictor", choices=("reference", "oracle"), default="reference")
+    ap.add_argument("--modes", type=int, default=50, help="[profiling] modes (default 50)")
+    ap.add_argument("--budgets", help="lo:hi (1 W steps) or a,b,c; default by board")
+    ap.add_argument("--seeds", default="0", help="noise seeds, e.g. 0,1,2 (tables: first)")
+    ap.add_argument("--fresh", action="store_true", help="solve every budget from scratch")
+    ap.add_argument("--summary", action="store_true", help="aggregates only")
+    args = ap.parse_args(argv)
+
+    seeds = [int(s) for s in args.seeds.split(",")]
+    traces = [Trace.load(p) for p in (args.trace or VISIBLE)]
+    for strategy in args.strategy or STRATEGIES:
+        for trace in traces:
+            results = [run(strategy, trace, args, s) for s in seeds]
+            if not args.summary:
+                print(format_table(results[0]))
+            if len(seeds) > 1 or args.summary:
+                print(summary_line(strategy, trace.name, results))
+            print()
+    return 0
+
+
+def summary_line(strategy: str, trace: str, results: list[SweepResult]) -> str:
+    med = [r.median_penalty for r in results]
+    return (
+        f"{strategy:13s} {trace:38s} median penalty {100 * np.mean(med):5.1f}% "
+        f"(seeds {' '.join(f'{100 * m:.1f}' for m in med)})  "
+        f"mean {100 * np.mean([r.mean_penalty for r in results]):5.1f}%  "
+        f"over>0.5W {100 * np.mean([r.share_over for r in results]):4.1f}%  "
+        f"distinct modes {np.mean([r.distinct_modes for r in results]):5.1f}  "
+        f"probes/budget {np.mean([r.probes_per_budget for r in results]):4.1f}  "
+        f"over-budget probes {np.mean([r.probes_over_budget for r in results]):4.1f}"
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(main())
