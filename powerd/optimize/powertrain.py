@@ -90,16 +90,17 @@ class Tuning:
     seed_margin_rel: float = 0.05  # (halved once a fitted model makes the prediction)
     converged_time: float = 0.05  # seeding stops when a refit predicts new seeds this well
     converged_power: float = 0.03  # (median relative error, time and power)
-    min_gain: float = 0.01  # a pick must promise this expected relative gain ...
-    min_fit_prob: float = 0.5  # ... and at least this chance to fit the budget
+    # A pick must promise an expected relative gain (times its chance to fit) of at least
+    # min_gain * sqrt(max_modes / room left) * (1 + escalate * picks already made for this
+    # budget): the room is shared by every budget, and later picks for one budget pay less.
+    min_gain: float = 0.01
+    escalate: float = 1.0
+    min_fit_prob: float = 0.5  # and at least this chance to fit the budget
     pick_margin_w: float = 0.0  # aim picks this far under the budget
     picks_per_budget: int = 4
-    escalate: float = 1.0  # the k-th pick of a budget must promise (1 + escalate*k) x,
-    # ... and x sqrt(max_modes / room left): the room is shared by every budget
-    neighbour_reserve: float = 1.0  # above this share of room, probe a neighbour when idle
-    neighbour_slack: float = 0.03  # ... predicted at most this much slower than the incumbent
     local_width: float = 0.12  # residual correction kernel width, in rank space (0..1)
     local_shrink: float = 0.5  # ... and its shrinkage towards no correction
+    global_shrink: float = 2.0  # shrinkage of the mean residual (a bias) towards none
     noise_time: float = 0.02  # measurement noise: relative time, W
     noise_power_w: float = 0.2
     time_doubt0: float = 0.08  # the model's miss before any is recorded: relative time, W
@@ -326,12 +327,12 @@ class PowerTrain(Strategy):
             return t_hat, p_hat, np.full(n, c.noise_time + miss_t), np.full(n, miss_p)
         d2 = ((self.coords[:, None, :] - self.coords[None, ip, :]) ** 2).sum(axis=2)
         w = np.exp(-d2 / (2.0 * c.local_width**2))
-        p = p_hat + w @ np.array(rp) / (w.sum(axis=1) + c.local_shrink)
+        p = p_hat + _smooth(np.array(rp), w, c.global_shrink, c.local_shrink)
         far_p = np.sqrt(np.clip(1.0 - w.max(axis=1), 0.0, 1.0))
         t, far_t = t_hat, np.ones(n)
         if it:
             wt = w[:, it]
-            t = t_hat * np.exp(wt @ np.array(rt) / (wt.sum(axis=1) + c.local_shrink))
+            t = t_hat * np.exp(_smooth(np.array(rt), wt, c.global_shrink, c.local_shrink))
             far_t = np.sqrt(np.clip(1.0 - wt.max(axis=1), 0.0, 1.0))
         return t, p, c.noise_time + miss_t * far_t, c.noise_power_w + miss_p * far_p
 
@@ -345,12 +346,13 @@ class PowerTrain(Strategy):
             known = {k: v for k, v in own.items() if k in self._scored}
             t, p, _, _ = self._corrected(known)
             for m in fresh:
-                if m.aborted_over_budget or not math.isfinite(m.power_w):
+                if not math.isfinite(m.power_w):  # a failed switch
                     continue
                 i = self.index[m.mode]
-                if math.isfinite(p[i]):
+                if math.isfinite(p[i]):  # aborted windows too: the misses that matter most
                     self._misses_p.append(m.power_w - float(p[i]))
-                if math.isfinite(m.time_ms) and m.time_ms > 0 and t[i] > 0:
+                ok_t = not m.aborted_over_budget and math.isfinite(m.time_ms) and m.time_ms > 0
+                if ok_t and t[i] > 0:
                     self._misses_t.append(math.log(m.time_ms / float(t[i])))
         self._scored.update(m.mode for m in fresh)
 
@@ -401,19 +403,19 @@ class PowerTrain(Strategy):
 
     def _next_seed(self, budget_w: float, own: Mapping[PowerMode, Measurement]) -> int | None:
         """The next unmeasured seed the model at hand predicts under the budget by a margin.
-        With nothing measured and no such seed (the reference reads high on this board),
-        the seed predicted to draw least: a first anchor for the fit."""
+        With nothing measured and no such seed (a low budget, or a reference that reads high
+        on this board), the min mode: the safest first anchor for the fit."""
         c = self.cfg
         margin = max(c.seed_margin_w, c.seed_margin_rel * budget_w)
         if self._fitted is not None:
             margin /= 2
-        _, p_hat = self._predictions()
+        _, p_hat, _, dp = self._corrected(own)
         plan = self._seed_plan()
         for i in plan:
-            if self.mode_list[i] not in own and p_hat[i] <= budget_w - margin:
+            if self.mode_list[i] not in own and p_hat[i] <= budget_w - max(margin, dp[i]):
                 return i
         if not own:
-            return min(plan, key=lambda i: p_hat[i] if math.isfinite(p_hat[i]) else math.inf)
+            return self.index[PowerMode(*(a[0] for a in self.axes))]
         return None
 
     # -- fitting ------------------------------------------------------------------------
@@ -470,19 +472,7 @@ class PowerTrain(Strategy):
         k = int(np.argmax(score))
         room = max(1, self.max_modes - len(own))
         bar = c.min_gain * math.sqrt(self.max_modes / room) * (1.0 + c.escalate * self._picks)
-        if score[k] >= bar:
-            return int(cand[k])
-        if room <= c.neighbour_reserve * self.max_modes:
-            return None
-        # Nothing promises enough by the model: while the room is ample, check one close
-        # neighbour of the incumbent the model rates about as fast (its blind spots are
-        # where it has not been told otherwise).
-        near = np.all(np.abs(self.rank_idx[cand] - self.rank_idx[self.index[best.mode]]) <= 1, axis=1)
-        near &= t[cand] <= best.time_ms * (1.0 + c.neighbour_slack)
-        if not near.any():
-            return None
-        pool = cand[near]
-        return int(pool[np.argmin(t[pool])])
+        return int(cand[k]) if score[k] >= bar else None
 
     def _conclude(self, budget_w: float, own: Mapping[PowerMode, Measurement]) -> Action:
         best = best_within(own, budget_w)
@@ -501,6 +491,15 @@ class PowerTrain(Strategy):
 
 
 # --------------------------------------------------------------------------- numerics
+
+
+def _smooth(resid: np.ndarray, w: np.ndarray, global_shrink: float, local_shrink: float):
+    """Correction per mode from residuals at measured modes: their shrunk mean (a bias the
+    model keeps, e.g. a refit that never sees aborted windows), plus a kernel average of
+    what is left (local misses)."""
+    bias = resid.sum() / (len(resid) + global_shrink)
+    rest = resid - bias
+    return bias + w @ rest / (w.sum(axis=1) + local_shrink)
 
 
 def _norm_cdf(x: np.ndarray) -> np.ndarray:

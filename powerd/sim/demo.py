@@ -33,6 +33,7 @@ class Progress(threading.Thread):
         self.stop_event = threading.Event()
         self.tty = sys.stdout.isatty()
         self.t0 = time.monotonic()
+        self.last: dict = {}  # the last status that showed a job
 
     def run(self) -> None:
         last = ""
@@ -44,6 +45,7 @@ class Progress(threading.Thread):
             jobs = s.get("jobs") or []
             if not jobs:
                 continue
+            self.last = s
             j = jobs[0]
             tuner = s.get("tuner") or {}
             doing = tuner.get("measuring") or tuner.get("committed") or s.get("mode")
@@ -101,20 +103,28 @@ def main(argv: list[str] | None = None) -> int:
         )
         progress.stop_event.set()
         progress.join()
-        status = None
         # the job closed: the daemon must have put the board back
         deadline = time.monotonic() + 5
         while time.monotonic() < deadline and knob_snapshot(board.root) != baseline:
             time.sleep(0.1)
         restored = knob_snapshot(board.root) == baseline
-        status = board.status()
 
     chosen = run.final_mode
     print()
     print(
         f"steps trained:      {run.steps} ({run.seconds:.1f} s at time scale {args.time_scale:g})"
     )
-    print(f"modes profiled:     {len(run.seconds_per_mode) - 1 if run.seconds_per_mode else 0}")
+    last = progress.last
+    job = (last.get("jobs") or [{}])[0]
+    cost = (last.get("tuner") or {}).get("profiling") or {}
+    fit = f", fitted with {job['fit_method']}" if job.get("fit_method") else ""
+    print(f"modes profiled:     {job.get('profiled_modes', '?')}{fit}")
+    if cost:
+        print(
+            f"profiling time:     {cost['seconds']:.1f} s, "
+            f"{100 * cost['share_above_budget']:.1f} % of it above the budget, "
+            f"{100 * cost['share_above_budget_1w']:.1f} % above budget + 1 W"
+        )
     if run.tuned_after_s is not None:
         print(
             f"time to decision:   {run.tuned_after_s:.1f} s "
@@ -133,7 +143,6 @@ def main(argv: list[str] | None = None) -> int:
     over = row.power_w - args.budget
     print(f"budget check:       {'OK' if over <= 0.5 else f'OVER by {over:.2f} W'}")
     print(f"baseline restored:  {'yes' if restored else 'NO'}")
-    del status
     return 0 if restored and over <= 0.5 else 1
 
 

@@ -696,7 +696,7 @@ def _gpu_devfreq_dir(root: str) -> Path:
     return find_gpu_devfreq(dev, tuple("/" + b.gpu_devfreq for b in SIM_BOARDS.values()))
 
 
-def read_effective_mode(root: Path | str, attempts: int = 5) -> PowerMode:
+def read_effective_mode(root: Path | str, attempts: int = 50) -> PowerMode:
     """The mode an emulated board runs, from its files alone (for an emulated job in another
     process): online cores, cpu0's cluster cur clock, the GPU cur clock, the EMC rate.
 
@@ -708,7 +708,7 @@ def read_effective_mode(root: Path | str, attempts: int = 5) -> PowerMode:
         except SysfsReadError:
             if attempt == attempts - 1:
                 raise
-            time.sleep(0.001)
+            time.sleep(0.002)  # the writer may be descheduled mid-write on a busy machine
     raise AssertionError("unreachable")
 
 

@@ -1,0 +1,45 @@
+"""make_strategy, and the replay tool's command line."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from powerd.optimize import STRATEGIES, BinarySearch, PowerTrain, make_strategy
+from powerd.optimize.replay import GridSpace
+from powerd.sim.trace import Trace
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_registry_builds_each_strategy(nano: Trace) -> None:
+    space = GridSpace.from_trace(nano)
+    assert set(STRATEGIES) == {"powertrain", "binary-search"}
+    bs = make_strategy("binary-search", space, max_modes=50)
+    assert isinstance(bs, BinarySearch) and bs.name == "binary-search"
+    assert bs.max_probes == 12
+    assert make_strategy("binary-search", space, max_modes=8).max_probes == 8
+    pt = make_strategy("powertrain", space, max_modes=30, seed_share=0.2)
+    assert isinstance(pt, PowerTrain) and pt.name == "powertrain"
+    assert pt.max_modes == 30 and pt.n_seeds == 6
+    with pytest.raises(ValueError, match="unknown strategy"):
+        make_strategy("simulated-annealing", space)
+    with pytest.raises(TypeError):
+        make_strategy("powertrain", space, no_such_knob=1)
+
+
+def test_replay_tool_prints_a_table(capsys) -> None:
+    spec = importlib.util.spec_from_file_location(
+        "strategy_replay", REPO / "tools/strategy_replay.py"
+    )
+    assert spec is not None and spec.loader is not None
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    nano = str(REPO / "powerd/sim/traces/orin_nano_resnet18_imagenet_train.csv")
+    assert tool.main(["--strategy", "binary-search", "--trace", nano, "--seeds", "0,1"]) == 0
+    out = capsys.readouterr().out
+    assert "== binary-search on orin_nano_resnet18_imagenet_train" in out
+    assert out.count("\n  ") >= 13  # a row per budget, 8..20 W
+    assert "median penalty" in out and "distinct modes" in out
