@@ -7,8 +7,9 @@ the samples are shared, so a new budget re-uses everything measured for earlier 
 
     seeding   Measure seeds: members of the reference's predicted Pareto front spread in
               power, interleaved with modes that cover the grid evenly. Only seeds the best
-              model at hand predicts under budget - margin (budget-safe). Fit after every
-              batch; stop seeding once the refit predicts the next batch within a few %.
+              model at hand predicts under budget - margin (budget-safe); if none is, the
+              min mode first. Fit after every batch; stop seeding once the refit predicts
+              the next batch within a few %.
     fitting   Fit() whenever the samples changed since the last fit, so each refit learns
               from the model's own misses (the over-budget picks).
     picking   Score every unmeasured mode by its expected gain over the fastest measured
@@ -24,9 +25,10 @@ transfer, see tools/strategy_replay.py):
   measured commit, the refit after every pick, and a score that weighs gain by the chance
   to fit;
 * a refit (the ridge transfer) ignores aborted windows, so its power model never learns
-  from over-budget picks; the local residual correction here does use their power, and a
-  mode at or above (in every knob) one measured over the budget is not proposed again.
-  Without both, a sweep could spend all its profiling room on over-budget picks;
+  from over-budget picks; the residual correction here (the shrunk mean residual, a bias
+  the model keeps, plus a kernel average of the rest) does use their power, and a mode at
+  or above (in every knob) one measured over the budget is not proposed again. Without
+  both, a sweep could spend all its profiling room on over-budget picks;
 * in-sample residuals of a fit are far smaller than its misses on new modes: the doubt
   that sets the chance to fit comes from the model's recorded out-of-sample misses;
 * profiling room is shared by every budget of the workload (50 modes for a sweep of 34
@@ -140,14 +142,33 @@ def spread_order(values: np.ndarray) -> list[int]:
     return chosen
 
 
+def plausible(pred_time: np.ndarray, pred_power: np.ndarray) -> np.ndarray:
+    """Modes whose predictions are finite and not absurd: power within [1/2, 2] x the 1st /
+    99th percentiles, time within [1/10, 10] x. Fires only on a reference extrapolating far
+    past its corpus (1 core at 115 MHz on an Orin AGX, whose corpus starts at 2 cores and
+    268 MHz, predicts ~1 W and ~1000x the time): such modes make poor seeds."""
+    ok = np.isfinite(pred_time) & np.isfinite(pred_power) & (pred_time > 0) & (pred_power > 0)
+    if ok.sum() < 10:
+        return ok
+    out = ok.copy()
+    for v, factor in ((pred_time, 10.0), (pred_power, 2.0)):
+        lo, hi = np.quantile(v[ok], [0.01, 0.99])
+        out &= (v >= lo / factor) & (v <= hi * factor)
+    return out if out.any() else ok
+
+
 def seed_plan(
     pred_time: np.ndarray, pred_power: np.ndarray, coords: np.ndarray, k: int, front_share: float
 ) -> list[int]:
     """k mode indices: `front_share` of them on the predicted front (spread in power), the
-    rest covering the grid (maximin in rank space, around those already chosen). The two
-    are interleaved so that any prefix is both front-heavy and spread out."""
-    k = min(k, len(coords))
-    front = pareto_front(pred_time, pred_power)
+    rest covering the grid (maximin in rank space, around those already chosen), all among
+    the plausible modes. The two are interleaved so that any prefix is both front-heavy
+    and spread out."""
+    pool = np.flatnonzero(plausible(pred_time, pred_power))
+    if pool.size == 0:
+        pool = np.arange(len(coords))
+    k = min(k, len(pool))
+    front = pool[pareto_front(pred_time[pool], pred_power[pool])]
     n_front = min(len(front), max(1, round(k * front_share))) if k > 0 else 0
     front_sel: list[int] = []
     if n_front:
@@ -155,17 +176,18 @@ def seed_plan(
         at = np.searchsorted(pred_power[front], targets).clip(0, len(front) - 1)
         picks = np.array(list(dict.fromkeys(int(i) for i in front[at])))
         front_sel = [int(picks[i]) for i in spread_order(pred_power[picks])]
-    dist = np.full(len(coords), np.inf)
+    cc = coords[pool]
+    dist = np.full(len(pool), np.inf)
     for i in front_sel:
-        dist = np.minimum(dist, np.sum((coords - coords[i]) ** 2, axis=1))
+        dist = np.minimum(dist, np.sum((cc - coords[i]) ** 2, axis=1))
     cover: list[int] = []
     while len(front_sel) + len(cover) < k:
         if front_sel or cover:
-            i = int(np.argmax(dist))
-        else:  # no front at all (NaN predictions): start at the grid's centre
-            i = int(np.argmin(np.sum((coords - 0.5) ** 2, axis=1)))
-        cover.append(i)
-        dist = np.minimum(dist, np.sum((coords - coords[i]) ** 2, axis=1))
+            j = int(np.argmax(dist))
+        else:  # no front at all: start at the grid's centre
+            j = int(np.argmin(np.sum((cc - 0.5) ** 2, axis=1)))
+        cover.append(int(pool[j]))
+        dist = np.minimum(dist, np.sum((cc - cc[j]) ** 2, axis=1))
     plan: list[int] = []
     for a, b in zip(front_sel, cover, strict=False):
         plan += [a, b]
@@ -409,10 +431,10 @@ class PowerTrain(Strategy):
         margin = max(c.seed_margin_w, c.seed_margin_rel * budget_w)
         if self._fitted is not None:
             margin /= 2
-        _, p_hat, _, dp = self._corrected(own)
+        _, p_hat, _, _ = self._corrected(own)
         plan = self._seed_plan()
         for i in plan:
-            if self.mode_list[i] not in own and p_hat[i] <= budget_w - max(margin, dp[i]):
+            if self.mode_list[i] not in own and p_hat[i] <= budget_w - margin:
                 return i
         if not own:
             return self.index[PowerMode(*(a[0] for a in self.axes))]
