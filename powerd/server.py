@@ -318,6 +318,7 @@ class Daemon:
             samples = self.store.load_samples(self.device.board.key, name) if persistent else {}
             w = WorkloadState(name, kind, strategy, samples, persistent=persistent)
             if samples:
+                w.decisions = self.store.load_decisions(self.device.board.key, name)
                 log.info("workload %s: %d stored samples", name, len(samples))
                 fitted = self.fitting.load_fitted(name) if self.fitting else None
                 if fitted is not None:
@@ -432,6 +433,7 @@ class Daemon:
         if workload.persistent:
             try:
                 self.store.save_samples(self.device.board.key, workload.name, workload.samples)
+                self.store.save_decisions(self.device.board.key, workload.name, workload.decisions)
             except OSError as exc:
                 log.error("could not save samples of %s: %s", workload.name, exc)
 
@@ -473,6 +475,9 @@ class Daemon:
                 else self.tuner.committed.mode.as_dict(),
                 "decided_after_s": self.tuner.decided_after_s,
                 "profiling": self.tuner.workload.cost.as_dict(),
+            },
+            "profiling": {
+                w.name: w.cost.as_dict() for w in self.workloads.values() if w.cost.seconds
             },
             "workloads": sorted(
                 {w.name for w in self.workloads.values() if w.persistent}

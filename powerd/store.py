@@ -129,6 +129,24 @@ class Store:
             self.workload_dir(board_key, workload) / "samples.json", f.model_dump_json(indent=1)
         )
 
+    # -- decisions: budget -> committed mode -------------------------------------------------
+    def load_decisions(self, board_key: str, workload: str) -> dict[float, PowerMode]:
+        obj = self.load_json(self.workload_dir(board_key, workload) / "decisions.json") or {}
+        out = {}
+        try:
+            for b, mode in obj.get("decisions", {}).items():
+                out[float(b)] = PowerMode.from_dict(mode)
+        except (TypeError, ValueError, KeyError, AttributeError) as exc:
+            log.error("ignoring corrupt decisions of %s: %s", workload, exc)
+            return {}
+        return out
+
+    def save_decisions(
+        self, board_key: str, workload: str, decisions: dict[float, PowerMode]
+    ) -> None:
+        obj = {"decisions": {repr(b): m.as_dict() for b, m in sorted(decisions.items())}}
+        self.save_json(self.workload_dir(board_key, workload) / "decisions.json", obj)
+
     # -- small JSON documents (fitted-model metadata, corrections, settings) ----------------
     def load_json(self, path: Path) -> dict[str, Any] | None:
         if not path.exists():

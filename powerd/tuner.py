@@ -20,7 +20,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 
 from powerd.modes import PowerMode
-from powerd.optimize.base import Commit, Fit, Measure, Measurement, Predictor, Strategy
+from powerd.optimize.base import Commit, Fit, Measure, Measurement, Predictor, Strategy, fits
 from powerd.profiler import ModeWindow, PowerSamples, ProfilingCost, WindowSpec
 
 log = logging.getLogger("powerd.tuner")
@@ -45,6 +45,16 @@ class WorkloadState:
     fit_method: str = ""
     cost: ProfilingCost = field(default_factory=ProfilingCost)
     persistent: bool = True
+    # budget -> the mode committed for it: a later job with this budget starts from it
+    decisions: dict[float, PowerMode] = field(default_factory=dict)
+
+    def remembered(self, budget_w: float) -> PowerMode | None:
+        """The mode committed earlier for this budget, if its measurement still fits."""
+        mode = self.decisions.get(budget_w)
+        m = None if mode is None else self.samples.get(mode)
+        if m is None or not fits(m, budget_w):
+            return None
+        return mode
 
     def profiled_modes(self) -> int:
         return sum(1 for m in self.samples.values() if math.isfinite(m.power_w))
@@ -120,7 +130,11 @@ class Tuner:
     def _decide(self, now: float) -> bool:
         """Run one strategy step; True if it started something that takes time."""
         w = self.workload
-        action = w.strategy.next_action(self.budget_w, w.samples)
+        known = w.remembered(self.budget_w)
+        # a budget this workload was already tuned for: no profiling, straight to its mode
+        action = (
+            Commit(known) if known is not None else w.strategy.next_action(self.budget_w, w.samples)
+        )
         if isinstance(action, Measure):
             if not self._switch(action.mode):
                 return False
@@ -142,6 +156,9 @@ class Tuner:
         if self.decided_after_s is None:
             self.decided_after_s = now - self.started
         m = w.samples.get(action.mode)
+        if action.feasible and w.decisions.get(self.budget_w) != action.mode:
+            w.decisions[self.budget_w] = action.mode
+            self.hooks.on_sample(w)
         self.message = (
             ""
             if action.feasible

@@ -20,6 +20,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import numpy as np  # noqa: E402
+
+from powerd import protocol as p  # noqa: E402
+from powerd.client import call_once  # noqa: E402
+from powerd.errors import PowerdError  # noqa: E402
 from powerd.sim.harness import EmulatedBoard  # noqa: E402
 from powerd.sim.job import run_training_job  # noqa: E402
 from powerd.sim.trace import Trace  # noqa: E402
@@ -105,6 +110,10 @@ def main() -> int:
                 flush=True,
             )
         status = board.status()
+        mape = None
+        if args.strategy == "powertrain":
+            workload = None if args.fresh else trace.name
+            mape = prediction_mape(board.endpoint, trace, workload, args.time_scale)
     if not rows:
         return 1
     pens = [r["penalty"] for r in rows]
@@ -120,13 +129,46 @@ def main() -> int:
         f"modes profiled:           {sum(r['new'] for r in rows)} in all, "
         f"{statistics.fmean(r['new'] for r in rows):.1f} per budget"
     )
+    cost = (status.get("profiling") or {}).get(trace.name)
+    if cost and not args.fresh:
+        print(
+            f"profiling time above budget: {100 * cost['share_above_budget']:.1f} % "
+            f"(above budget + 1 W: {100 * cost['share_above_budget_1w']:.1f} %)"
+        )
+    if mape is not None:
+        print(f"prediction MAPE (every traced mode): time {mape[0]:.1f} %, power {mape[1]:.1f} %")
     print(
         f"time to decision:         median {statistics.median(r['decide_s'] for r in rows):.1f} s "
         f"(time scale {args.time_scale:g})"
     )
     print(f"wall time:                {time.monotonic() - t_start:.0f} s")
-    del status
     return 0
+
+
+def prediction_mape(
+    endpoint: str, trace: Trace, workload: str | None, time_scale: float
+) -> tuple[float, float] | None:
+    """`powerctl predict` for the workload against the trace, over every traced mode."""
+    if workload is None:
+        return None
+    try:
+        reply = call_once(endpoint, p.Predict(workload=workload), timeout_s=30)
+    except PowerdError as exc:
+        print(f"(no predictions: {exc})")
+        return None
+    assert isinstance(reply, p.Predictions)
+    pred = {(r["cores"], r["cpu_khz"], r["gpu_hz"], r["emc_hz"]): r for r in reply.rows}
+    t_err, p_err = [], []
+    for row in trace.rows:
+        r = pred.get(row.mode.as_tuple())
+        if r is None:
+            continue
+        # the daemon sees the emulated (scaled) step times
+        t_err.append(abs(r["time_ms"] / (row.time_ms * time_scale) - 1))
+        p_err.append(abs(r["power_w"] / row.power_w - 1))
+    if not t_err:
+        return None
+    return 100 * float(np.mean(t_err)), 100 * float(np.mean(p_err))
 
 
 if __name__ == "__main__":
