@@ -88,6 +88,9 @@ class StateConfig(_Section):
 
 class FitConfig(_Section):
     python: str = ""
+    # "ridge": closed-form refit of the reference's last layer in the daemon (milliseconds);
+    # "torch-finetune": fine-tune in a worker process run by `python` (falls back to ridge)
+    method: Literal["ridge", "torch-finetune"] = "ridge"
 
 
 class Config(_Section):

