@@ -77,7 +77,7 @@ class ModeWindow:
             return None
         if self.state == "settling":
             if now - self.t_switch < self.spec.settle_s:
-                return None
+                return self._over_while_settling(now, power)
             self._start_window(now)
             return None
         if math.isnan(self.window_start):
@@ -102,6 +102,21 @@ class ModeWindow:
                 return None  # the sampler is behind; wait for a reading
             return self._finish(statistics.fmean(watts), aborted=False)
         return None
+
+    def _over_while_settling(self, now: float, power: PowerSamples) -> Measurement | None:
+        """Stop before the window if power is already clearly over the budget and still
+        rising: a mode that overshoots should not hold the board over budget while it settles.
+        A falling reading may be the previous mode's tail, so it does not count."""
+        watts = [w for _, w in power(self.t_switch, now)]
+        k = self.spec.min_abort_samples
+        if len(watts) < 2 * k:
+            return None
+        recent = watts[-k:]
+        if min(recent) <= self.budget_w + self.spec.abort_margin_w:
+            return None
+        if statistics.fmean(recent) < statistics.fmean(watts[-2 * k : -k]):
+            return None
+        return self._finish(statistics.fmean(recent), aborted=True)
 
     def _start_window(self, now: float) -> None:
         self.state = "measuring"

@@ -91,3 +91,26 @@ def test_cost_accounts_time_above_budget():
     assert cost.seconds == 3.0
     assert cost.seconds_above_budget == 2.0
     assert cost.seconds_above_budget_1w == 1.0
+
+
+def test_rising_power_far_over_budget_stops_during_settle():
+    win = ModeWindow(MODE, SPEC, budget_w=20, t_switch=0.0)
+    m = None
+    t = 0.0
+    while m is None and t < SPEC.settle_s:
+        t += 0.1
+        m = win.poll(t, power_at(24.0))
+    assert m is not None and m.aborted_over_budget
+    assert t < SPEC.settle_s  # did not wait for the window
+
+
+def test_a_falling_tail_of_the_previous_mode_does_not_abort():
+    def falling(t0, t1):
+        n = int((t1 - t0) / 0.1)
+        return [(t0 + 0.1 * i, 30.0 - 0.5 * i) for i in range(n)]
+
+    win = ModeWindow(MODE, SPEC, budget_w=20, t_switch=0.0)
+    t = 0.0
+    while t < SPEC.settle_s - 0.1:
+        t += 0.1
+        assert win.poll(t, falling) is None
