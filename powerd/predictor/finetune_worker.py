@@ -49,8 +49,13 @@ EXIT_NO_TORCH = 3
 EXIT_BAD_INPUT = 2
 
 DEFAULT_OPTIONS: dict[str, Any] = {
-    "layers": 1,  # trailing Linear layers per member to train (1 = the last dense layer)
-    "steps": 500,  # full-batch Adam steps (k <= a few hundred samples)
+    # Trailing Linear layers per member to train: 1 = the last dense layer (the published
+    # method), "all" = every layer (measured by tools/eval_transfer.py: lower MAPE *and*
+    # better decisions than the last layer or the ridge; see the report / MODEL_CARD).
+    "layers": "all",
+    # Full-batch Adam steps. Measured: 250, 500 and 1000 steps give the same predictions to
+    # the 0.1% (fine-tuning from the reference converges to a fit of the samples quickly).
+    "steps": 300,
     "lr": 1e-3,
     "weight_decay": 0.0,
     "seed": 0,
@@ -154,15 +159,16 @@ def load_reference_nets(model_dir: Path) -> tuple[dict, dict[str, Any]]:
     return meta, nets
 
 
-def trainable(net: Any, layers: int) -> list[Any]:
+def trainable(net: Any, layers: int | str) -> list[Any]:
     """Parameters of the trailing `layers` Linear layers of every member (1 = the heads,
-    i.e. the ensemble's last layer); everything else is frozen."""
+    i.e. the ensemble's last layer; "all" = everything); the rest is frozen."""
     for p in net.parameters():
         p.requires_grad_(False)
     params = []
     for trunk, head in zip(net.trunks, net.heads, strict=True):
         lins = linear_layers(trunk) + [head]
-        for lin in lins[-max(1, int(layers)) :]:
+        n = len(lins) if layers == "all" else max(1, int(layers))
+        for lin in lins[-n:]:
             for p in lin.parameters():
                 p.requires_grad_(True)
                 params.append(p)
@@ -177,6 +183,17 @@ def _target(name: str, entry: dict, time_ms: np.ndarray, power_w: np.ndarray) ->
     else:
         y = power_w
     return (y - entry["y_mean"]) / entry["y_std"]
+
+
+def _affine(y_ref: np.ndarray, y: np.ndarray, min_affine: int = 5) -> tuple[float, float]:
+    """Least-squares (a, b) of y ~ a + b * y_ref (standardised target space). With fewer
+    than `min_affine` samples, or a slope that is not clearly positive, only the offset
+    (b = 1): a slope through a handful of noisy points can tilt the whole mode space."""
+    if len(y) >= min_affine and np.std(y_ref) > 1e-9:
+        b, a = np.polyfit(y_ref, y, 1)
+        if 0.2 <= b <= 5.0:
+            return float(a), float(b)
+    return float(np.mean(y - y_ref)), 1.0
 
 
 def finetune(
@@ -198,32 +215,45 @@ def finetune(
     meta, nets = load_reference_nets(model_dir)
     stats: dict[str, Any] = {"options": opts}
     weights = {}
+    heads: dict[str, tuple[float, float]] = {}
     for name, net in nets.items():
         entry = meta["models"][name]
         ok = np.isfinite(time_ms if name == "time" else power_w)
         ok &= (time_ms > 0) if name == "time" else np.isfinite(power_w)
         stats[f"n_{name}"] = int(ok.sum())
+        a, b = 0.0, 1.0
         if ok.sum() >= 1:
             feats = mode_features(modes[ok], entry["exps"])
             x = torch.tensor((feats - entry["x_mean"]) / entry["x_std"], dtype=torch.float32)
-            y = torch.tensor(_target(name, entry, time_ms[ok], power_w[ok]), dtype=torch.float32)
-            params = trainable(net, int(opts["layers"]))
+            y = _target(name, entry, time_ms[ok], power_w[ok])
+            net.eval()  # dropout off: k samples are too few to regularise by noise
+            with torch.no_grad():
+                y_ref = net(x).numpy().astype(np.float64)
+            # Calibrate scale first, in closed form: y ~ a + b * reference. A workload whose
+            # steps are 30x faster is a shift of ~3.5 in log time, several target stds; Adam
+            # would need thousands of steps to move every layer that far, while the affine
+            # map does it exactly. Fine-tuning then only has to learn the shape.
+            a, b = _affine(y_ref, y)
+            y_t = torch.tensor((y - a) / b, dtype=torch.float32)
+            params = trainable(net, opts["layers"])
             opt = torch.optim.Adam(
                 params, lr=float(opts["lr"]), weight_decay=float(opts["weight_decay"])
             )
-            net.eval()  # dropout off: k samples are too few to regularise by noise
             for _ in range(int(opts["steps"])):
                 opt.zero_grad()
-                loss = torch.mean((net(x) - y) ** 2)
+                loss = torch.mean((net(x) - y_t) ** 2)
                 loss.backward()
                 opt.step()
         weights[name] = to_weights(net, entry)
+        # The head maps the net's output (target space) through the same affine map.
+        heads[name] = (a * entry["y_std"] + entry["y_mean"] * (1.0 - b), b)
+        stats[f"affine_{name}"] = [a, b]
     power_out = "exp" if meta["models"]["power"].get("target") == "log_power_w" else "identity"
     model = fitted_model(
         weights["time"],
         weights["power"],
-        Head(out_transform="exp"),
-        Head(out_transform=power_out),
+        Head(heads["time"][0], heads["time"][1], out_transform="exp"),
+        Head(heads["power"][0], heads["power"][1], out_transform=power_out),
         {"method": "torch-finetune", "reference": str(meta.get("model_id", ""))},
     )
     stats["seconds"] = time.perf_counter() - t0

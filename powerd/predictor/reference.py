@@ -13,11 +13,13 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
+from powerd.optimize.base import Predictor
 from powerd.predictor.features import validate_modes
 from powerd.predictor.onnx_graph import MODES_INPUT, MLPWeights
 from powerd.predictor.paths import find_model_dir
 
 TIME_TARGET = "log_time_ms"
+POWER_TARGET = "power_w"
 
 
 @dataclass(frozen=True)
@@ -44,12 +46,9 @@ def make_session(model: bytes | str | os.PathLike[str], threads: int = 1) -> ort
     return ort.InferenceSession(src, so, providers=["CPUExecutionProvider"])
 
 
-def file_sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-class ReferenceModel:
-    """Two ONNX MLPs (time, power) loaded from the model dir; see models/MODEL_CARD.md."""
+class ReferenceModel(Predictor):
+    """The two ONNX models (time, power) of the model dir; see models/MODEL_CARD.md. A
+    Predictor too: before any fit, strategies seed from the reference's own predictions."""
 
     def __init__(
         self, model_dir: Path, meta: dict, time_onnx: bytes, power_onnx: bytes, threads: int = 1
@@ -63,9 +62,13 @@ class ReferenceModel:
         # Identifies the exact reference a fitted predictor was derived from.
         self.model_id = hashlib.sha256(time_onnx + power_onnx).hexdigest()[:16]
         self._mlps: tuple[MLPWeights, MLPWeights] | None = None
-        target = self._target_of(time_onnx)
-        if target != TIME_TARGET:
-            raise ValueError(f"{model_dir}/time.onnx predicts {target!r}, expected {TIME_TARGET}")
+        for name, data, want in (
+            ("time", time_onnx, TIME_TARGET),
+            ("power", power_onnx, POWER_TARGET),
+        ):
+            got = self._target_of(data)
+            if got != want:
+                raise ValueError(f"{model_dir}/{name}.onnx predicts {got!r}, expected {want!r}")
 
     @staticmethod
     def _target_of(model_bytes: bytes) -> str:
