@@ -21,6 +21,7 @@ from typing import Any
 from powerd.device import sysfs
 from powerd.device.errors import DeviceError, SysfsReadError, SysfsWriteError
 from powerd.device.order import limit_writes
+from powerd.fsutil import atomic_write_text
 
 log = logging.getLogger(__name__)
 
@@ -94,21 +95,6 @@ def _int_or_none(text: str | None) -> int | None:
         return None
 
 
-def _atomic_write_json(path: Path, data: dict[str, Any]) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w") as f:
-        json.dump(data, f, indent=1, sort_keys=True)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    # The rename itself must reach the disk, or a crash could lose the saved baseline.
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
-
-
 class Baseline:
     """The saved admin state of one board. `state_dir=None` keeps it in memory only (tests,
     or a daemon run without a state directory: a crash then loses the baseline)."""
@@ -162,7 +148,7 @@ class Baseline:
             self._memory = data
         else:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            _atomic_write_json(self.path, data)
+            atomic_write_text(self.path, json.dumps(data, indent=1, sort_keys=True))
         log.info("baseline saved (%d files) to %s", len(knobs.files()), self.path or "memory")
         return True
 
