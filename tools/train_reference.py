@@ -193,11 +193,11 @@ def main() -> int:
             "exps": exps.tolist(),
             **sc,
             "embed_std": embed_std(net, x_all),
-            "train_seconds": round(time.perf_counter() - t0, 1),
         }
+        # (No timings in scaler.json: the artifacts must be byte-identical on a rebuild.)
         print(
             f"{name}: best epochs {sc['best_epochs']}, test MAPE "
-            f"{metrics[f'{name}_mape_test']:.2f}% ({models[name]['train_seconds']} s)"
+            f"{metrics[f'{name}_mape_test']:.2f}% ({time.perf_counter() - t0:.0f} s)"
         )
 
     args.out.mkdir(parents=True, exist_ok=True)
@@ -286,8 +286,9 @@ def write_card(args: argparse.Namespace, meta: dict[str, Any], seconds: float) -
     card = f"""# powerd reference predictor
 
 Predicts, for any Jetson power mode `(cores, cpu_khz, gpu_hz, emc_hz)`, the training step
-time and board power of the *reference workload*. powerd refits the last layer to each new
-workload (and board) from a few dozen profiled modes: `powerd.predictor.transfer`.
+time and board power of the *reference workload*. powerd transfers it to each new workload
+(and board) from a few dozen profiled modes, by fine-tuning (torch, in a worker process)
+or by a closed-form ridge refit of the last layer: `powerd.predictor.transfer`.
 
 ## Data
 - Corpus: `{meta["corpus"]["file"]}` ({meta["corpus"]["rows"]} modes): ResNet-18 training
@@ -310,11 +311,12 @@ workload (and board) from a few dozen profiled modes: `powerd.predictor.transfer
   penultimate activations `h` are the members' last hidden layers side by side
   ({arch["members"]} x {arch["hidden"][-1]} = {dim}), so the members' heads together are one
   linear last layer over `h`.
-- Why not the published single 256-128-64-1 net: measured with `tools/eval_transfer.py`,
-  this ensemble transfers better to a new workload and board (time MAPE about 7% vs 9% on
-  Orin AGX MobileNet and 5.6% vs 7% on Orin Nano; power 2.6% vs 3.1% and 3.6% vs 4.8%, with
-  20-50 profiled modes), its transfer varies less with the training seed, and with 128-wide
-  first layers it costs about the same to run (18k modes in ~45 ms, one thread).
+- Why not the published single 256-128-64-1 net: measured with `tools/eval_transfer.py`
+  (ridge refit, 20-50 profiled modes, 3 training seeds each), this ensemble transfers
+  better to a new workload and board (time MAPE ~7.5% vs ~9% on Orin AGX MobileNet and
+  ~5.6% vs ~7% on Orin Nano; power ~2.6% vs ~3.1% and ~3.6% vs ~4.8%), its transfer varies
+  less with the training seed, and with 128-wide first layers it costs about the same to
+  run (18k modes in ~45 ms, one thread).
 
 ## Files
 - `time.onnx`, `power.onnx`: inference (onnxruntime; opset 17, IR 8). Input `modes`
@@ -343,7 +345,8 @@ these are near its noise floor. Transfer to other workloads and boards:
 ```
 About {max(1, round(seconds / 60))} min on a 2-core x86 CPU (torch {meta["training"]["torch"]},
 {args.threads} thread, deterministic algorithms). Same machine and torch build: the same
-files, byte for byte (the ONNX model_id above); elsewhere expect float-level differences.
+.onnx, .pt and .json files, byte for byte (the model_id above); elsewhere expect
+float-level differences.
 """
     (args.out / "MODEL_CARD.md").write_text(card)
 

@@ -151,7 +151,7 @@ def test_from_measurements_drops_aborted(reference, mobilenet) -> None:
     ms = {r.mode: Measurement(r.mode, r.time_ms, r.power_w, steps=5) for r in rows}
     m0 = PowerMode(*mobilenet.modes_array[100].tolist())
     ms[m0] = Measurement(m0, math.nan, 60.0, aborted_over_budget=True)
-    fp = fit_workload(ms, reference)
+    fp = fit_workload(ms, reference, method="ridge")
     assert fp.stats.n_time == 12 and fp.stats.n_power == 12
     assert len(fp.samples) == 13
 
