@@ -217,7 +217,7 @@ class Daemon:
         if req.budget_w != job.budget_w:
             job.budget_w = req.budget_w
             log.info("job %s: budget now %g W", job.id, req.budget_w)
-            self._budget_changed(force_job=job)
+            self._budget_changed()
         return self._job_state(job, req.id)
 
     def _on_set_rate(self, req: p.SetRate, identity: bytes, now: float) -> p.BaseModel:
@@ -348,7 +348,7 @@ class Daemon:
             message=message,
         )
 
-    def _budget_changed(self, force_job: JobRecord | None = None) -> None:
+    def _budget_changed(self) -> None:
         eff = self.effective_budget()
         for job in self.jobs.values():
             job.needs_tuning = True

@@ -86,7 +86,6 @@ class Tuner:
         self.decided_after_s: float | None = None
         self._guard_start = 0.0
         self._switch_failures = 0
-        self._last_step: float | None = None
 
     @property
     def phase(self) -> str:
@@ -105,8 +104,6 @@ class Tuner:
             self.state = "deciding"
 
     def feed_steps(self, ends: list[float], durations: list[float]) -> None:
-        if ends:
-            self._last_step = ends[-1]
         if self.window is not None:
             self.window.add_steps(ends, durations)
 

@@ -27,8 +27,6 @@ class JobRun:
     final_mode: PowerMode | None = None
     final_phase: str = ""
     tuned_after_s: float | None = None
-    # time the job spent per mode, to price profiling against the final mode
-    seconds_per_mode: dict[PowerMode, float] = field(default_factory=dict)
 
 
 def run_training_job(
@@ -80,7 +78,6 @@ def run_training_job(
             # sleep to a deadline, so this loop's own overhead does not lengthen the step
             step_end = max(step_end + step_s, time.monotonic())
             time.sleep(max(0.0, step_end - time.monotonic()))
-            run.seconds_per_mode[mode] = run.seconds_per_mode.get(mode, 0.0) + step_s
             job.step()
             run.steps += 1
             if on_step is not None:
