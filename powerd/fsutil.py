@@ -1,4 +1,4 @@
-"""Crash-safe file writes shared by the store and the baseline."""
+"""Crash-safe file writes shared by the store, the baseline and the fitted models."""
 
 from __future__ import annotations
 
@@ -8,13 +8,18 @@ from pathlib import Path
 
 
 def atomic_write_text(path: Path, text: str, mode: int = 0o644) -> None:
+    """atomic_write_bytes of `text`, UTF-8 encoded."""
+    atomic_write_bytes(path, text.encode(), mode)
+
+
+def atomic_write_bytes(path: Path, data: bytes, mode: int = 0o644) -> None:
     """Write to a temporary file, fsync it, rename it over `path`, fsync the directory:
     after a crash `path` holds either the old or the new content, never a torn one."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
             f.flush()
             os.fsync(f.fileno())
         os.chmod(tmp, mode)

@@ -19,6 +19,7 @@ from powerd.modes import PowerMode
 from powerd.optimize.base import Measurement
 
 PowerSamples = Callable[[float, float], Sequence[tuple[float, float]]]
+PRE_SWITCH_S = 1.0  # how far back to look for the previous mode's power
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,7 @@ class ModeWindow:
     )
     _intervals: list[float] = field(default_factory=list)
     _last_step: float | None = None
+    _no_tail: bool | None = None  # was the board within the abort limit before the switch?
 
     def add_steps(self, ends: Sequence[float], durations: Sequence[float] = ()) -> None:
         if self.state == "done":
@@ -104,17 +106,23 @@ class ModeWindow:
         return None
 
     def _over_while_settling(self, now: float, power: PowerSamples) -> Measurement | None:
-        """Stop before the window if power is already clearly over the budget and still
-        rising: a mode that overshoots should not hold the board over budget while it settles.
-        A falling reading may be the previous mode's tail, so it does not count."""
-        watts = [w for _, w in power(self.t_switch, now)]
+        """Stop before the window if power is already clearly over the budget: a mode that
+        overshoots should not hold the board over budget while it settles. A falling
+        reading may be the previous mode's tail, so it does not count, unless the board
+        was within the limit just before the switch (then there is no such tail and
+        `min_abort_samples` readings suffice)."""
         k = self.spec.min_abort_samples
-        if len(watts) < 2 * k:
+        limit = self.budget_w + self.spec.abort_margin_w
+        if self._no_tail is None:
+            before = [w for _, w in power(self.t_switch - PRE_SWITCH_S, self.t_switch)][-k:]
+            self._no_tail = len(before) == k and max(before) <= limit
+        watts = [w for _, w in power(self.t_switch, now)]
+        if len(watts) < (k if self._no_tail else 2 * k):
             return None
         recent = watts[-k:]
-        if min(recent) <= self.budget_w + self.spec.abort_margin_w:
+        if min(recent) <= limit:
             return None
-        if statistics.fmean(recent) < statistics.fmean(watts[-2 * k : -k]):
+        if not self._no_tail and statistics.fmean(recent) < statistics.fmean(watts[-2 * k : -k]):
             return None
         return self._finish(statistics.fmean(recent), aborted=True)
 

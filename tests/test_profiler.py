@@ -114,3 +114,25 @@ def test_a_falling_tail_of_the_previous_mode_does_not_abort():
     while t < SPEC.settle_s - 0.1:
         t += 0.1
         assert win.poll(t, falling) is None
+
+
+def test_from_a_mode_within_the_budget_over_budget_power_stops_sooner():
+    """No tail to wait out when the board was within budget + margin before the switch."""
+
+    def step_up(t0, t1):
+        n = int(round((t1 - t0) / 0.1))
+        return [(t0 + 0.1 * i, 15.0 if t0 + 0.1 * i < 0 else 24.0) for i in range(n)]
+
+    def stopped_at(power):
+        win = ModeWindow(MODE, SPEC, budget_w=20, t_switch=0.0)
+        t, m = 0.0, None
+        while m is None and t < SPEC.settle_s:
+            t += 0.1
+            m = win.poll(t, power)
+        assert m is not None and m.aborted_over_budget
+        return t
+
+    from_within = stopped_at(step_up)
+    from_above = stopped_at(power_at(24.0))  # over before the switch too: wait out a tail
+    assert from_within < from_above
+    assert from_within <= 0.1 * (SPEC.min_abort_samples + 1) + 1e-9

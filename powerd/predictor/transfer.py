@@ -40,6 +40,7 @@ from typing import Any
 
 import numpy as np
 
+from powerd.fsutil import atomic_write_bytes
 from powerd.modes import PowerMode
 from powerd.optimize.base import Measurement, Predictor
 from powerd.predictor.features import validate_modes
@@ -321,11 +322,11 @@ class FittedPredictor(Predictor):
             "stats": _jsonable(asdict(self.stats)),  # plain JSON: inf/NaN -> null
             "heads": heads_meta,
         }
-        _atomic_write(d / "predictor.onnx", self.onnx_bytes)
+        atomic_write_bytes(d / "predictor.onnx", self.onnx_bytes)
         with tempfile.NamedTemporaryFile(dir=d, suffix=".npz", delete=False) as f:
             np.savez(f, **arrays)
         os.replace(f.name, d / "fit.npz")
-        _atomic_write(d / "fitted.json", (json.dumps(meta, indent=1) + "\n").encode())
+        atomic_write_bytes(d / "fitted.json", (json.dumps(meta, indent=1) + "\n").encode())
         return d
 
     @classmethod
@@ -374,12 +375,6 @@ def _stats_from_json(d: dict[str, Any]) -> FitStats:
         if kw.get(k) is None:
             kw[k] = float("nan")
     return FitStats(**kw)
-
-
-def _atomic_write(path: Path, data: bytes) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
 
 
 def _in_sample(fp: FittedPredictor, s: Samples) -> None:

@@ -73,7 +73,8 @@ class EmulatedBoard:
             "strategy": {"name": strategy},
             # an admin would narrow the space to what matters; here: the traced core counts
             "device": {"root": str(self.root), "core_counts": trace.axis("cores")},
-            "power": {"sample_interval_ms": 20},
+            # the default 100 ms period, scaled like the windows (a settle sees ~10-20 samples)
+            "power": {"sample_interval_ms": max(5, round(100 * time_scale))},
             "profiling": scaled_profiling(time_scale),
             "budget": {"min_w": 5, "max_w": 80, "default_w": 30},
             "state": {"dir": str(self.state_dir)},
@@ -88,7 +89,13 @@ class EmulatedBoard:
     def start(self) -> EmulatedBoard:
         build_tree(self.root, self.board, self.trace, l4t=self.l4t)
         self.emulator = Emulator(
-            self.root, self.board, self.trace, time_scale=self.time_scale, seed=self.seed
+            self.root,
+            self.board,
+            self.trace,
+            time_scale=self.time_scale,
+            seed=self.seed,
+            # the INA3221 converts every few ms; unscaled, 50 ms would be 1-2 s of board time
+            power_interval_s=max(0.004, 0.05 * self.time_scale),
         )
         self.emulator.start()
         self.config_path.write_text(dump_toml(self.config))

@@ -239,3 +239,27 @@ def test_nan_predictions_are_never_picked(nano: Trace) -> None:
         noise=NoiseModel(seed=0),
     )
     assert res.false_commits == 0 and all(r.feasible for r in res.rows)
+
+
+def test_the_first_budget_may_spend_more_room_than_a_budget_change(mobilenet: Trace) -> None:
+    """Most jobs keep their first budget: it may use a share of the room for picks, which
+    decides better there; later budget changes stay within picks_per_budget."""
+    first_penalty = {}
+    for share in (0.0, 0.3):
+        total = 0.0
+        for seed in range(3):
+            oracle, fitter = stand_in(mobilenet, seed=seed)
+            pt = PowerTrain(
+                GridSpace.from_trace(mobilenet), lambda o=oracle: o, first_room_share=share
+            )
+            measurer = TraceMeasurer(mobilenet, NoiseModel(seed=seed))
+            samples: dict[PowerMode, Measurement] = {}
+            commit, _ = solve_budget(pt, 30.0, samples, measurer, fitter)
+            best = mobilenet.best_under(30.0)
+            total += mobilenet.lookup(commit.mode).time_ms / best.time_ms - 1.0
+            assert pt._picks <= max(pt.cfg.picks_per_budget, int(share * 50))
+            solve_budget(pt, 24.0, samples, measurer, fitter)
+            assert pt._picks <= pt.cfg.picks_per_budget
+            assert len(samples) <= 50
+        first_penalty[share] = total / 3
+    assert first_penalty[0.3] < first_penalty[0.0]
