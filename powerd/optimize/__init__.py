@@ -20,7 +20,7 @@ from powerd.optimize.base import (
     Predictor,
     Strategy,
     best_within,
-    fallback_commit,
+    conclude,
     fits,
 )
 from powerd.optimize.binary_search import BinarySearch, ModeSpaceLike
@@ -69,7 +69,7 @@ __all__ = [
     "Predictor",
     "Strategy",
     "best_within",
-    "fallback_commit",
+    "conclude",
     "fits",
     "make_strategy",
 ]

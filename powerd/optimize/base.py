@@ -8,6 +8,7 @@ reuses every earlier measurement, and a restarted daemon resumes from the store.
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -73,12 +74,30 @@ def best_within(samples: Mapping[PowerMode, Measurement], budget_w: float) -> Me
     return min(ok, key=lambda m: (m.time_ms, m.power_w)) if ok else None
 
 
-def fallback_commit(samples: Mapping[PowerMode, Measurement], budget_w: float) -> Commit:
+def needs_remeasure(m: Measurement, budget_w: float) -> bool:
+    """An abort under a lower budget says nothing about the time: measure again when its
+    power is within this budget. (A failed switch has power inf and is never retried.)"""
+    return m.aborted_over_budget and m.power_w <= budget_w
+
+
+def conclude(
+    samples: Mapping[PowerMode, Measurement], budget_w: float, lowest: PowerMode
+) -> Commit | Measure:
+    """How a search ends: commit the fastest measured mode that fits; else make sure the
+    lowest mode was measured and hold it if it fits (even without a usable time); else
+    commit the lowest-power mode measured, marked infeasible."""
     best = best_within(samples, budget_w)
     if best is not None:
         return Commit(best.mode)
-    lowest = min(samples.values(), key=lambda m: m.power_w)
-    return Commit(lowest.mode, feasible=False)
+    m = samples.get(lowest)
+    if m is None or needs_remeasure(m, budget_w):
+        return Measure(lowest)
+    if fits(m, budget_w):
+        return Commit(lowest)
+    finite = [s for s in samples.values() if math.isfinite(s.power_w)]
+    if not finite:
+        return Commit(lowest, feasible=False)
+    return Commit(min(finite, key=lambda s: s.power_w).mode, feasible=False)
 
 
 class Predictor(ABC):

@@ -43,12 +43,12 @@ from typing import Any, Protocol
 from powerd.modes import FIELDS, PowerMode
 from powerd.optimize.base import (
     Action,
-    Commit,
     Measure,
     Measurement,
     Strategy,
-    best_within,
+    conclude,
     fits,
+    needs_remeasure,
 )
 
 Index = tuple[int, int, int, int]
@@ -79,12 +79,6 @@ def axes_of(space: ModeSpaceLike) -> tuple[list[int], list[int], list[int], list
     if not all(axes):
         raise ValueError("mode space has an empty axis")
     return axes  # type: ignore[return-value]
-
-
-def needs_remeasure(m: Measurement, budget_w: float) -> bool:
-    """An abort under a lower budget says nothing about the time: measure again when its
-    power is within this budget. (A failed switch has power inf and is never retried.)"""
-    return m.aborted_over_budget and m.power_w <= budget_w
 
 
 # --------------------------------------------------------------------------- paths
@@ -258,20 +252,9 @@ class BinarySearch(Strategy):
         return self.conclude(budget_w, samples)
 
     def conclude(self, budget_w: float, samples: Mapping[PowerMode, Measurement]) -> Action:
-        """Commit the fastest measured mode that fits; else make sure the min mode was
-        tried; else commit the lowest-power mode measured, marked infeasible."""
+        """The end of the search (see powerd.optimize.base.conclude), over this space's modes."""
         own = {k: v for k, v in samples.items() if self.in_space(k)}
-        best = best_within(own, budget_w)
-        if best is not None:
-            return Commit(best.mode)
-        lowest = PowerMode(*(a[0] for a in self.axes))
-        m = own.get(lowest)
-        if m is None or needs_remeasure(m, budget_w):
-            return Measure(lowest)
-        finite = [s for s in own.values() if math.isfinite(s.power_w)]
-        if not finite:
-            return Commit(lowest, feasible=False)
-        return Commit(min(finite, key=lambda s: s.power_w).mode, feasible=False)
+        return conclude(own, budget_w, PowerMode(*(a[0] for a in self.axes)))
 
     def in_space(self, mode: PowerMode) -> bool:
         """Samples of modes outside the space (a narrowed config, an older store) are

@@ -63,16 +63,17 @@ import numpy as np
 from powerd.modes import PowerMode
 from powerd.optimize.base import (
     Action,
-    Commit,
     Fit,
     Measure,
     Measurement,
     Predictor,
     Strategy,
     best_within,
+    conclude,
     fits,
+    needs_remeasure,
 )
-from powerd.optimize.binary_search import BinarySearch, ModeSpaceLike, axes_of, needs_remeasure
+from powerd.optimize.binary_search import BinarySearch, ModeSpaceLike, axes_of
 from powerd.optimize.pareto import pareto_front
 
 log = logging.getLogger("powerd.optimize.powertrain")
@@ -297,7 +298,7 @@ class PowerTrain(Strategy):
             if pick is not None:
                 self._picks += 1
                 return Measure(self.mode_list[pick])
-        return self._conclude(budget_w, own)
+        return conclude(own, budget_w, PowerMode(*(a[0] for a in self.axes)))
 
     # -- predictions ----------------------------------------------------------------------
     def _reference_ready(self) -> bool:
@@ -513,21 +514,6 @@ class PowerTrain(Strategy):
         escalate = c.first_escalate if self._first else c.escalate
         bar = c.min_gain * math.sqrt(self.max_modes / room) * (1.0 + escalate * self._picks)
         return int(cand[k]) if score[k] >= bar else None
-
-    def _conclude(self, budget_w: float, own: Mapping[PowerMode, Measurement]) -> Action:
-        best = best_within(own, budget_w)
-        if best is not None:
-            return Commit(best.mode)
-        lowest = PowerMode(*(a[0] for a in self.axes))
-        m = own.get(lowest)
-        if m is None or needs_remeasure(m, budget_w):
-            return Measure(lowest)
-        if fits(m, budget_w):  # fits, but no usable time: still the mode to hold
-            return Commit(lowest)
-        finite = [s for s in own.values() if math.isfinite(s.power_w)]
-        if not finite:
-            return Commit(lowest, feasible=False)
-        return Commit(min(finite, key=lambda s: s.power_w).mode, feasible=False)
 
 
 # --------------------------------------------------------------------------- numerics
