@@ -26,7 +26,8 @@ sys.path.insert(0, str(REPO))
 
 import numpy as np  # noqa: E402
 
-from powerd.modes import FIELDS, PowerMode  # noqa: E402
+from powerd.device.modespace import ModeSpace  # noqa: E402
+from powerd.modes import PowerMode  # noqa: E402
 from powerd.optimize.base import Measurement  # noqa: E402
 from powerd.predictor import ReferenceModel, fit_workload  # noqa: E402
 from powerd.predictor.sampling import farthest_point, rank_coords  # noqa: E402
@@ -36,9 +37,8 @@ AGX_CPU_KHZ = [115200 + 76800 * i for i in range(28)] + [2201600]
 
 
 def agx_space(trace: Trace) -> np.ndarray:
-    axes = [list(range(1, 13)), AGX_CPU_KHZ, trace.axis("gpu_hz"), trace.axis("emc_hz")]
-    grids = np.meshgrid(*axes, indexing="ij")
-    return np.stack([g.ravel() for g in grids], axis=1).astype(np.int64)
+    gpu, emc = trace.axis("gpu_hz"), trace.axis("emc_hz")
+    return ModeSpace(range(1, 13), AGX_CPU_KHZ, gpu, emc).as_array()
 
 
 def timed(fn, repeat: int) -> tuple[float, float]:
@@ -74,7 +74,6 @@ def main() -> int:
     for i in picks:
         row = trace.lookup(PowerMode(*map(int, traced[i])))
         samples[row.mode] = Measurement(row.mode, row.time_ms, row.power_w, steps=10)
-    assert len(FIELDS) == space.shape[1]
 
     methods = ["ridge"] if args.no_torch else ["ridge", "torch-finetune"]
     for method in methods:

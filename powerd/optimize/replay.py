@@ -7,8 +7,8 @@ samples and hands the result to `Strategy.on_fitted`; a `Commit(mode)` ends the 
 budgets shares one samples dict, as the daemon shares a workload's samples across `set_budget`
 calls and jobs. Each commit is judged against the brute-force best mode of the trace.
 
-Also here, stand-ins that need neither onnxruntime nor the bundled model: `GridSpace` (the
-mode-space protocol the strategies need), `NoisyOracle` (a trace seen through a systematic
+Also here, stand-ins that need neither onnxruntime nor the bundled model: `GridSpace` (a
+ModeSpace over a trace's axes), `NoisyOracle` (a trace seen through a systematic
 distortion and jitter), `TracePredictor` (a trace as a predictor: another workload's trace plays
 the reference model) and `RidgeFitter` (a last-layer-style transfer: ridge regression of log time
 and of power on mode features plus the reference's prediction). tools/strategy_replay.py replays
@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from powerd.device.modespace import ModeSpace
 from powerd.modes import FIELDS, PowerMode
 from powerd.optimize.base import Commit, Fit, Measure, Measurement, Predictor, Strategy, fits
 from powerd.sim.trace import Trace
@@ -34,63 +35,15 @@ AGX_BUDGETS = tuple(float(b) for b in range(17, 51))
 NANO_BUDGETS = tuple(float(b) for b in range(8, 21))
 
 
-# --------------------------------------------------------------------------- mode space stand-in
+# --------------------------------------------------------------------------- mode space
 
 
-class GridSpace:
-    """The full grid of four ascending axes: the part of `ModeSpace` a strategy relies on."""
-
-    def __init__(
-        self,
-        cores: Sequence[int],
-        cpu_khz: Sequence[int],
-        gpu_hz: Sequence[int],
-        emc_hz: Sequence[int],
-    ):
-        self.cores = sorted({int(v) for v in cores})
-        self.cpu_khz = sorted({int(v) for v in cpu_khz})
-        self.gpu_hz = sorted({int(v) for v in gpu_hz})
-        self.emc_hz = sorted({int(v) for v in emc_hz})
-        if not all((self.cores, self.cpu_khz, self.gpu_hz, self.emc_hz)):
-            raise ValueError("every axis needs at least one value")
+class GridSpace(ModeSpace):
+    """The board's mode space built from a trace's axes instead of a board's tables."""
 
     @classmethod
     def from_trace(cls, trace: Trace) -> GridSpace:
         return cls(*(trace.axis(f) for f in FIELDS))
-
-    @property
-    def size(self) -> int:
-        return len(self.cores) * len(self.cpu_khz) * len(self.gpu_hz) * len(self.emc_hz)
-
-    def as_array(self) -> np.ndarray:
-        grids = np.meshgrid(self.cores, self.cpu_khz, self.gpu_hz, self.emc_hz, indexing="ij")
-        return np.stack([g.ravel() for g in grids], axis=1).astype(np.int64)
-
-    def modes(self) -> list[PowerMode]:
-        return [PowerMode(*map(int, row)) for row in self.as_array()]
-
-    def max_mode(self) -> PowerMode:
-        return PowerMode(self.cores[-1], self.cpu_khz[-1], self.gpu_hz[-1], self.emc_hz[-1])
-
-    def min_mode(self) -> PowerMode:
-        return PowerMode(self.cores[0], self.cpu_khz[0], self.gpu_hz[0], self.emc_hz[0])
-
-    def contains(self, mode: PowerMode) -> bool:
-        return (
-            mode.cores in self.cores
-            and mode.cpu_khz in self.cpu_khz
-            and mode.gpu_hz in self.gpu_hz
-            and mode.emc_hz in self.emc_hz
-        )
-
-    def index(self, mode: PowerMode) -> int:
-        c, f, g, e = (
-            self.cores.index(mode.cores),
-            self.cpu_khz.index(mode.cpu_khz),
-            self.gpu_hz.index(mode.gpu_hz),
-            self.emc_hz.index(mode.emc_hz),
-        )
-        return ((c * len(self.cpu_khz) + f) * len(self.gpu_hz) + g) * len(self.emc_hz) + e
 
 
 # --------------------------------------------------------------------------- measuring
