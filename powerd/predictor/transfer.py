@@ -27,6 +27,7 @@ The ridge stays the fallback and the method for quick refits.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import subprocess
@@ -323,9 +324,9 @@ class FittedPredictor(Predictor):
             "heads": heads_meta,
         }
         atomic_write_bytes(d / "predictor.onnx", self.onnx_bytes)
-        with tempfile.NamedTemporaryFile(dir=d, suffix=".npz", delete=False) as f:
-            np.savez(f, **arrays)
-        os.replace(f.name, d / "fit.npz")
+        npz = io.BytesIO()
+        np.savez(npz, **arrays)
+        atomic_write_bytes(d / "fit.npz", npz.getvalue())
         atomic_write_bytes(d / "fitted.json", (json.dumps(meta, indent=1) + "\n").encode())
         return d
 
