@@ -499,8 +499,10 @@ def _rows(modes: Any, t: Any, pw: Any) -> list[dict[str, Any]]:
             "cpu_khz": int(m[1]),
             "gpu_hz": int(m[2]),
             "emc_hz": int(m[3]),
-            "time_ms": round(float(a), 4),
-            "power_w": round(float(b), 4),
+            # full precision: rounding made near-equal front points tie (a front that
+            # seemed to hold a slower mode at a higher power)
+            "time_ms": float(a),
+            "power_w": float(b),
         }
         for m, a, b in zip(modes, t, pw, strict=True)
     ]
