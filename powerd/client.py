@@ -221,6 +221,11 @@ class Job:
     def message(self) -> str:
         return self._state.message
 
+    @property
+    def feasible(self) -> bool | None:
+        """False when no mode meets the budget; None until the daemon decided."""
+        return self._state.feasible
+
     def set_budget(self, budget_w: float) -> None:
         """Re-solve for a new budget (no re-profiling). Returns once the daemon accepted it."""
         reply = self._conn.call(p.SetBudget(job=self.id, budget_w=budget_w))

@@ -27,6 +27,11 @@ class ServerConfig(_Section):
     socket_group: str = "powerd"
     admin_group: str = "root"
     heartbeat_timeout_ms: int = Field(5000, ge=200, le=600_000)
+    # one client cannot starve the others: jobs per connection, jobs in total, and
+    # messages per second per connection (bursts of twice that)
+    max_jobs_per_client: int = Field(16, ge=1, le=100_000)
+    max_jobs: int = Field(256, ge=1, le=100_000)
+    max_messages_per_s: float = Field(500.0, gt=0, le=1_000_000)
 
     @model_validator(mode="after")
     def _endpoint_scheme(self) -> ServerConfig:
@@ -84,6 +89,9 @@ class BudgetConfig(_Section):
 
 class StateConfig(_Section):
     dir: str = "/var/lib/powerd"
+    # workloads kept in memory (a large mode space costs megabytes each); the least
+    # recently used one without a live job is dropped and reloaded from `dir` when needed
+    workloads_in_memory: int = Field(8, ge=1, le=10_000)
 
 
 class FitConfig(_Section):

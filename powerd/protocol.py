@@ -138,6 +138,9 @@ class JobState(_Msg):
     batch_size: int | None = None
     heartbeat_ms: int = 1000
     message: str = ""
+    # False: no mode meets the budget (the job holds the lowest-power mode measured);
+    # None: not decided yet
+    feasible: bool | None = None
 
 
 class Ok(_Msg):

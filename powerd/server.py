@@ -1,21 +1,28 @@
-"""The daemon: ZeroMQ endpoints, the job registry, arbitration between jobs, the main loop.
+"""The daemon's request path: ZeroMQ endpoints and the job registry.
 
-One thread owns the board: every mode switch happens on the loop thread through the
-device controller. Slow work (fitting) runs in an executor and is polled, so the loop
-keeps answering clients and heartbeats at all times.
+Two paths (DESIGN "Two paths inside the daemon"): this module answers every message at
+once from the registry (register, steps, set_budget, status, close never wait on the
+hardware or a fit); `powerd.control.ControlLoop` owns the board on its own thread, runs the
+planners and publishes their decisions into the registry. Requests that need the control
+path's data or the board (predict, pareto, restore) are handed over and answered from there.
+
+A job is bound to the connection that registered it (see `powerd.registry`): messages that
+name it from another connection are answered `unknown_job` and change nothing. Per
+connection, jobs and message rate are capped (`[server] max_jobs_per_client`,
+`max_messages_per_s`), and so is the total (`max_jobs`), so that one client cannot starve
+the others.
 """
 
 from __future__ import annotations
 
+import collections
 import grp
 import logging
-import math
 import os
 import signal
 import threading
 import time
 import uuid
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,79 +32,50 @@ import zmq
 from powerd import protocol as p
 from powerd.client import admin_endpoint
 from powerd.config import Config
+from powerd.control import ControlLoop
 from powerd.fitting import Fitting
 from powerd.hardware import Hardware
-from powerd.modes import PowerMode
-from powerd.optimize import make_strategy
-from powerd.optimize.base import Measurement
-from powerd.optimize.pareto import pareto_front
-from powerd.profiler import WindowSpec
+from powerd.planner import JobView
+from powerd.registry import JobRecord, Owner, RateLimiter, Registry, ReplyTo
 from powerd.store import Store
-from powerd.tuner import Tuner, TunerFailed, TunerHooks, WorkloadState
 from powerd.watchdog import SystemdNotifier
 
 log = logging.getLogger("powerd.server")
 
-LOOP_PERIOD_S = 0.02
-
-
-@dataclass
-class JobRecord:
-    id: str
-    kind: str
-    workload: WorkloadState
-    budget_w: float
-    identity: bytes
-    pid: int | None
-    last_seen: float
-    registered: float
-    needs_tuning: bool = True
-    steps: int = 0
-    latency_ms: float | None = None
-    rate_hz: float | None = None
-    message: str = ""
-
-    def describe(self, phase: str) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "kind": self.kind,
-            "workload": self.workload.name,
-            "budget_w": self.budget_w,
-            "phase": phase,
-            "pid": self.pid,
-            "steps": self.steps,
-            "profiled_modes": self.workload.profiled_modes(),
-            "fit_method": self.workload.fit_method or None,
-            "message": self.message,
-        }
+REQUEST_POLL_MS = 200  # the request thread wakes on messages; this only bounds a stop
+MAX_BATCH = 256  # messages per socket per pass: the other socket and the outbox get a turn
 
 
 @dataclass
 class Daemon:
+    """Request handling over the registry; owns the control loop it hands the board to."""
+
     cfg: Config
     device: Hardware
-    store: Store = field(init=False)
-    jobs: dict[str, JobRecord] = field(default_factory=dict)
-    workloads: dict[tuple[str, str], WorkloadState] = field(default_factory=dict)
-    tuner: Tuner | None = None
-    tuner_job: str | None = None
-    default_budget_w: float = 0.0
-    fit_executor: ThreadPoolExecutor = field(
-        default_factory=lambda: ThreadPoolExecutor(1, thread_name_prefix="powerd-fit")
-    )
     fitting: Fitting | None = None  # None: no predictor (binary-search only)
+    notifier: SystemdNotifier = field(default_factory=SystemdNotifier)
+    store: Store = field(init=False)
+    registry: Registry = field(init=False)
+    control: ControlLoop = field(init=False)
 
     def __post_init__(self) -> None:
         self.store = Store(self.cfg.state.dir)
         if self.cfg.strategy.name == "powertrain" and self.fitting is None:
             self.fitting = Fitting(self.cfg, self.store, self.device.board.key)
-        self.default_budget_w = self._load_default_budget()
-        self.spec = WindowSpec(
-            settle_s=self.cfg.profiling.settle_ms / 1000.0,
-            window_s=self.cfg.profiling.window_ms / 1000.0,
-            min_steps=self.cfg.profiling.min_steps,
-        )
+        self.registry = Registry(default_budget_w=self._load_default_budget())
         self.heartbeat_timeout_s = self.cfg.server.heartbeat_timeout_ms / 1000.0
+        self.rate = RateLimiter(self.cfg.server.max_messages_per_s)
+        self._outbox: collections.deque[tuple[ReplyTo, p.BaseModel]] = collections.deque()
+        self.on_reply: Any = None  # set by the Server: wakes the request thread
+        self.control = ControlLoop(
+            self.cfg,
+            self.device,
+            self.store,
+            self.registry,
+            self._post_reply,
+            self.notifier,
+            self.fitting,
+        )
 
     # ---- budgets ------------------------------------------------------------------------
     def _load_default_budget(self) -> float:
@@ -121,18 +99,30 @@ class Daemon:
         return None
 
     def effective_budget(self) -> float:
-        """The board follows the lowest budget among the jobs."""
-        if not self.jobs:
-            return self.default_budget_w
-        return min(j.budget_w for j in self.jobs.values())
+        with self.registry.lock:
+            return self.registry.effective_budget()
 
     # ---- requests -------------------------------------------------------------------------
-    def handle(self, identity: bytes, raw: bytes, admin: bool, now: float) -> p.BaseModel:
+    def handle(
+        self, identity: bytes, raw: bytes, admin: bool, now: float, sock: int | None = None
+    ) -> p.BaseModel | None:
+        """The reply to one message, or None when the control path will answer it."""
+        owner: Owner = (int(admin) if sock is None else sock, identity)
+        if not self.rate.allow(owner, now):
+            return p.Error(
+                code="bad_request",
+                message=f"rate limited: more than {self.cfg.server.max_messages_per_s:g} "
+                "messages/s from this connection ([server] max_messages_per_s); slow down",
+                details={"reason": "rate_limited"},
+            )
         try:
             req = p.decode_request(raw)
         except p.ProtocolError as exc:
             log.warning("rejected a malformed message: %s", exc)
             return p.Error(id=exc.msg_id, code=exc.code, message=str(exc))
+        except Exception as exc:  # noqa: BLE001 - no message may take the daemon down
+            log.warning("rejected a message that could not be decoded: %s", type(exc).__name__)
+            return p.Error(code="bad_request", message=f"undecodable message: {type(exc).__name__}")
         if req.type in p.ADMIN_TYPES and not admin:
             return p.Error(
                 id=req.id,
@@ -143,369 +133,274 @@ class Daemon:
             )
         handler = getattr(self, f"_on_{req.type}")
         try:
-            return handler(req, identity, now)
+            return handler(req, owner, now)
         except Exception as exc:  # noqa: BLE001 - one bad request must not stop the daemon
             log.exception("internal error handling %s", req.type)
             return p.Error(id=req.id, code="internal", message=f"{type(exc).__name__}: {exc}")
 
-    def _job_or_error(self, job_id: str, msg_id: int) -> JobRecord | p.Error:
-        job = self.jobs.get(job_id)
-        if job is None:
+    def _owned(self, job_id: str, owner: Owner, msg_id: int) -> JobRecord | p.Error:
+        """The job if this connection registered it (call with the lock held)."""
+        job = self.registry.jobs.get(job_id)
+        if job is None or job.owner != owner:
             return p.Error(
                 id=msg_id,
                 code="unknown_job",
-                message=f"no job {job_id}: it ended, or its heartbeats stopped for longer than "
-                f"{self.heartbeat_timeout_s:g} s",
+                message=f"no job {job_id} on this connection: it ended, its heartbeats "
+                f"stopped for longer than {self.heartbeat_timeout_s:g} s, or another "
+                "connection registered it",
             )
         return job
 
-    def _on_register(self, req: p.Register, identity: bytes, now: float) -> p.BaseModel:
-        if req.kind != "training":
+    def _on_register(self, req: p.Register, owner: Owner, now: float) -> p.BaseModel:
+        if not self.control.planners.supports(req.kind):
             return p.Error(
                 id=req.id,
                 code="bad_request",
-                message="kind='inference' is not supported by this powerd version yet",
+                message=f"kind={req.kind!r} is not supported by this powerd version yet",
             )
-        budget = self.default_budget_w if req.budget_w is None else req.budget_w
-        err = self._check_budget(budget, req.id)
-        if err is not None:
-            return err
-        job_id = uuid.uuid4().hex[:12]
-        name = req.workload or f"anonymous-{job_id}"
-        workload = self._workload(req.kind, name, persistent=req.workload is not None)
-        old_budget = self.effective_budget()
-        job = JobRecord(
-            id=job_id,
-            kind=req.kind,
-            workload=workload,
-            budget_w=budget,
-            identity=identity,
-            pid=req.pid,
-            last_seen=now,
-            registered=now,
-            latency_ms=req.latency_ms,
-            rate_hz=req.rate_hz,
-        )
-        self.jobs[job_id] = job
+        srv = self.cfg.server
+        reg = self.registry
+        with reg.lock:
+            budget = reg.default_budget_w if req.budget_w is None else req.budget_w
+            err = self._check_budget(budget, req.id)
+            if err is not None:
+                return err
+            if len(reg.jobs) >= srv.max_jobs:
+                return p.Error(
+                    id=req.id,
+                    code="bad_request",
+                    message=f"powerd already manages {len(reg.jobs)} jobs, its limit "
+                    "([server] max_jobs); try again when one ends",
+                    details={"reason": "too_many_jobs", "limit": srv.max_jobs},
+                )
+            if reg.jobs_of(owner) >= srv.max_jobs_per_client:
+                return p.Error(
+                    id=req.id,
+                    code="bad_request",
+                    message=f"this connection already holds {srv.max_jobs_per_client} jobs, "
+                    "the limit per client ([server] max_jobs_per_client); close one first",
+                    details={
+                        "reason": "too_many_jobs_per_client",
+                        "limit": srv.max_jobs_per_client,
+                    },
+                )
+            job_id = uuid.uuid4().hex[:12]
+            job = JobRecord(
+                id=job_id,
+                kind=req.kind,
+                workload=req.workload or f"anonymous-{job_id}",
+                persistent=req.workload is not None,
+                budget_w=budget,
+                owner=owner,
+                pid=req.pid,
+                last_seen=now,
+                registered=now,
+                latency_ms=req.latency_ms,
+                rate_hz=req.rate_hz,
+            )
+            reg.jobs[job_id] = job
+            reply = self._job_state(job, req.id)
+        reg.wake.set()
         log.info(
-            "job %s registered: workload %s, budget %g W, pid %s", job_id, name, budget, req.pid
+            "job %s registered: workload %s, budget %g W, pid %s",
+            job_id,
+            job.workload,
+            budget,
+            req.pid,
         )
-        if self.effective_budget() != old_budget:
-            self._budget_changed()
-        self._arbitrate()  # so the first reply already says whether it profiles or waits
-        return self._job_state(job, req.id)
+        return reply
 
-    def _on_steps(self, req: p.Steps, identity: bytes, now: float) -> p.BaseModel:
-        job = self._job_or_error(req.job, req.id)
-        if isinstance(job, p.Error):
-            return job
-        job.last_seen = now
-        job.identity = identity
-        job.steps += len(req.t)
-        if self.tuner is not None and self.tuner_job == job.id:
-            self.tuner.feed_steps(req.t, req.d)
-        return self._job_state(job, req.id)
+    def _on_steps(self, req: p.Steps, owner: Owner, now: float) -> p.BaseModel:
+        with self.registry.lock:
+            job = self._owned(req.job, owner, req.id)
+            if isinstance(job, p.Error):
+                return job
+            job.last_seen = now
+            if req.t or req.d:
+                job.steps += len(req.t)
+                job.pending.append((list(req.t), list(req.d)))
+            return self._job_state(job, req.id)
 
-    def _on_set_budget(self, req: p.SetBudget, identity: bytes, now: float) -> p.BaseModel:
-        job = self._job_or_error(req.job, req.id)
-        if isinstance(job, p.Error):
-            return job
-        err = self._check_budget(req.budget_w, req.id)
-        if err is not None:
-            return err
-        job.last_seen = now
-        if req.budget_w != job.budget_w:
-            job.budget_w = req.budget_w
-            log.info("job %s: budget now %g W", job.id, req.budget_w)
-            self._budget_changed()
-        return self._job_state(job, req.id)
+    def _on_set_budget(self, req: p.SetBudget, owner: Owner, now: float) -> p.BaseModel:
+        with self.registry.lock:
+            job = self._owned(req.job, owner, req.id)
+            if isinstance(job, p.Error):
+                return job
+            err = self._check_budget(req.budget_w, req.id)
+            if err is not None:
+                return err
+            job.last_seen = now
+            changed = req.budget_w != job.budget_w
+            if changed:
+                job.budget_w = req.budget_w
+                log.info("job %s: budget now %g W", job.id, req.budget_w)
+            # a view computed for another effective budget never reads `tuned` (_job_state)
+            reply = self._job_state(job, req.id)
+        if changed:
+            self.registry.wake.set()
+        return reply
 
-    def _on_set_rate(self, req: p.SetRate, identity: bytes, now: float) -> p.BaseModel:
-        return p.Error(id=req.id, code="bad_request", message="set_rate applies to inference jobs")
+    def _on_set_rate(self, req: p.SetRate, owner: Owner, now: float) -> p.BaseModel:
+        with self.registry.lock:
+            job = self._owned(req.job, owner, req.id)
+            if isinstance(job, p.Error):
+                return job
+            if job.rate_hz is None:
+                return p.Error(
+                    id=req.id,
+                    code="bad_request",
+                    message="set_rate applies to jobs registered with a rate (inference)",
+                )
+            job.last_seen = now
+            job.rate_hz = req.rate_hz
+            reply = self._job_state(job, req.id)
+        self.registry.wake.set()
+        return reply
 
-    def _on_close(self, req: p.Close, identity: bytes, now: float) -> p.BaseModel:
-        job = self._job_or_error(req.job, req.id)
-        if isinstance(job, p.Error):
-            return job
-        self._drop_job(job.id, "closed by its client")
+    def _on_close(self, req: p.Close, owner: Owner, now: float) -> p.BaseModel:
+        with self.registry.lock:
+            job = self._owned(req.job, owner, req.id)
+            if isinstance(job, p.Error):
+                return job
+            del self.registry.jobs[job.id]
+        self.registry.wake.set()
+        log.info("job %s (%s) ended: closed by its client", job.id, job.workload)
         return p.Ok(id=req.id, message="closed")
 
-    def _on_status(self, req: p.Status, identity: bytes, now: float) -> p.BaseModel:
+    def _on_status(self, req: p.Status, owner: Owner, now: float) -> p.BaseModel:
         return p.StatusReply(id=req.id, status=self.status())
 
-    def _on_predict(self, req: p.Predict, identity: bytes, now: float) -> p.BaseModel:
-        found = self._predictions(req.workload, req.id)
-        if isinstance(found, p.Error):
-            return found
-        modes, t, pw, _ = found
-        return p.Predictions(id=req.id, workload=req.workload, rows=_rows(modes, t, pw))
+    def _defer(self, kind: str, owner: Owner, msg_id: int, payload: Any) -> None:
+        with self.registry.lock:
+            self.registry.requests.append((kind, ReplyTo(owner[0], owner[1], msg_id), payload))
+        self.registry.wake.set()
 
-    def _on_pareto(self, req: p.Pareto, identity: bytes, now: float) -> p.BaseModel:
-        found = self._predictions(req.workload, req.id)
-        if isinstance(found, p.Error):
-            return found
-        modes, t, pw, w = found
-        front = pareto_front(t, pw)
-        measured = [
-            m for m in w.samples.values() if math.isfinite(m.power_w) and math.isfinite(m.time_ms)
-        ]
-        extra: dict[str, Any] = {
-            "profiled": [
-                {**m.mode.as_dict(), "time_ms": m.time_ms, "power_w": m.power_w} for m in measured
-            ],
-            "fit_method": w.fit_method or None,
-        }
-        if self.tuner is not None and self.tuner.workload is w:
-            extra["budget_w"] = self.tuner.budget_w
-            c = self.tuner.committed
-            if c is not None and c.mode in w.samples:
-                m = w.samples[c.mode]
-                extra["chosen"] = {**c.mode.as_dict(), "time_ms": m.time_ms, "power_w": m.power_w}
-        return p.Predictions(
-            id=req.id,
-            workload=req.workload,
-            rows=_rows(modes[front], t[front], pw[front]),
-            extra=extra,
-        )
+    def _on_predict(self, req: p.Predict, owner: Owner, now: float) -> None:
+        self._defer("predict", owner, req.id, req)
 
-    def _predictions(self, name: str, msg_id: int):  # noqa: ANN202
-        """(modes, time_ms, power_w, workload) from the workload's fitted predictor."""
-        w = self.workloads.get(("training", name))
-        if w is None and name in self.store.workloads(self.device.board.key):
-            w = self._workload("training", name, persistent=True)
-        predictor = None if w is None else w.predictor
-        if predictor is None:
-            known = ", ".join(self.store.workloads(self.device.board.key)) or "none yet"
-            return p.Error(
-                id=msg_id,
-                code="not_found",
-                message=f"no fitted predictor for workload {name!r} on this board "
-                f"(workloads with samples: {known}); a job with strategy powertrain fits one",
-            )
-        modes = self.device.space.as_array()
-        t, pw = predictor.predict(modes)
-        return modes, t, pw, w
+    def _on_pareto(self, req: p.Pareto, owner: Owner, now: float) -> None:
+        self._defer("pareto", owner, req.id, req)
 
     def _on_set_default_budget(
-        self, req: p.SetDefaultBudget, identity: bytes, now: float
+        self, req: p.SetDefaultBudget, owner: Owner, now: float
     ) -> p.BaseModel:
         err = self._check_budget(req.budget_w, req.id)
         if err is not None:
             return err
-        self.default_budget_w = req.budget_w
+        with self.registry.lock:
+            self.registry.default_budget_w = req.budget_w
         self.store.save_json(self.store.settings_path(), {"default_budget_w": req.budget_w})
+        self.registry.wake.set()
         log.info("default budget now %g W", req.budget_w)
         return p.Ok(id=req.id, message=f"default budget {req.budget_w:g} W")
 
-    def _on_restore(self, req: p.Restore, identity: bytes, now: float) -> p.BaseModel:
-        n = len(self.jobs)
-        for job_id in list(self.jobs):
-            self._drop_job(job_id, "an admin restored the baseline", restore=False)
-        self._give_board_back()
-        return p.Ok(id=req.id, message=f"baseline restored; {n} job(s) released")
+    def _on_restore(self, req: p.Restore, owner: Owner, now: float) -> None:
+        with self.registry.lock:
+            n = len(self.registry.jobs)
+            for job_id in list(self.registry.jobs):
+                log.info("job %s ended: an admin restored the baseline", job_id)
+            self.registry.jobs.clear()
+        # the control path restores (it is the one writer of sysfs) and then answers
+        self._defer("restore", owner, req.id, n)
 
-    # ---- job state ------------------------------------------------------------------------
-    def _workload(self, kind: str, name: str, persistent: bool) -> WorkloadState:
-        key = (kind, name)
-        w = self.workloads.get(key)
-        if w is None:
-            strategy = make_strategy(
-                self.cfg.strategy.name,
-                self.device.space,
-                predictor_factory=self.fitting.reference if self.fitting else None,
-                max_modes=self.cfg.profiling.modes,
-            )
-            samples = self.store.load_samples(self.device.board.key, name) if persistent else {}
-            w = WorkloadState(name, kind, strategy, samples, persistent=persistent)
-            if samples:
-                w.decisions = self.store.load_decisions(self.device.board.key, name)
-                log.info("workload %s: %d stored samples", name, len(samples))
-                fitted = self.fitting.load_fitted(name) if self.fitting else None
-                if fitted is not None:
-                    w.predictor = fitted
-                    w.fit_method = getattr(fitted, "method", "")
-                    strategy.on_fitted(fitted)
-            self.workloads[key] = w
-        return w
-
-    def phase_of(self, job: JobRecord) -> str:
-        if self.tuner is not None and self.tuner_job == job.id:
-            return self.tuner.phase
-        return "queued" if job.needs_tuning else "tuned"
+    # ---- answers from the registry ----------------------------------------------------------
+    def _view(self, job: JobRecord) -> JobView:
+        """The job's published view, never a stale `tuned` (call with the lock held)."""
+        reg = self.registry
+        view = reg.views.get(job.id) or JobView(
+            "queued", "registered: waiting for the control loop"
+        )
+        eff = reg.effective_budget()
+        if view.budget_w != eff and (view.phase == "tuned" or view.feasible is False):
+            return JobView("profiling", f"re-planning for {eff:g} W", None, eff)
+        return view
 
     def _job_state(self, job: JobRecord, msg_id: int) -> p.JobState:
-        mode = self.device.current_mode
-        message = job.message
-        if self.tuner is not None and self.tuner_job == job.id and self.tuner.message:
-            message = self.tuner.message
+        view = self._view(job)
+        mode = self.registry.board_mode
         return p.JobState(
             id=msg_id,
             job=job.id,
-            phase=self.phase_of(job),  # type: ignore[arg-type]
+            phase=view.phase,  # type: ignore[arg-type]
             mode=None if mode is None else p.ModeModel(**mode.as_dict()),
             budget_w=job.budget_w,
             heartbeat_ms=max(100, self.cfg.server.heartbeat_timeout_ms // 5),
-            message=message,
+            message=view.message,
+            feasible=view.feasible,
         )
 
-    def _budget_changed(self) -> None:
-        eff = self.effective_budget()
-        for job in self.jobs.values():
-            job.needs_tuning = True
-        if self.tuner is not None:
-            self.tuner.set_budget(eff)
-
-    def _drop_job(self, job_id: str, why: str, restore: bool = True) -> None:
-        job = self.jobs.pop(job_id, None)
-        if job is None:
-            return
-        log.info("job %s (%s) ended: %s", job_id, job.workload.name, why)
-        if not job.workload.persistent:
-            self.workloads.pop((job.kind, job.workload.name), None)
-        if self.tuner_job == job_id:
-            self.tuner = None
-            self.tuner_job = None
-        if self.jobs:
-            self._budget_changed()
-        elif restore:
-            self._give_board_back()
-
-    def _give_board_back(self) -> None:
-        self.tuner = None
-        self.tuner_job = None
-        self.device.restore()
-
-    # ---- the loop's periodic work -----------------------------------------------------------
-    def tick(self, now: float) -> None:
-        for job in list(self.jobs.values()):
-            if now - job.last_seen > self.heartbeat_timeout_s:
-                self._drop_job(job.id, f"no heartbeat for {now - job.last_seen:.1f} s")
-        if not self.jobs:
-            return
-        self._arbitrate()
-        if self.tuner is None:
-            return
-        try:
-            self.tuner.tick(now)
-        except TunerFailed as exc:
-            job = self.jobs.get(self.tuner_job or "")
-            log.error("giving the board back: %s", exc)
-            if job is not None:
-                job.message = f"powerd gave up tuning: {exc}"
-                job.needs_tuning = False
-            self._give_board_back()
-            return
-        if self.tuner.state == "tuned" and self.tuner_job in self.jobs:
-            self.jobs[self.tuner_job].needs_tuning = False
-
-    def _arbitrate(self) -> None:
-        """One job tunes at a time; the others wait their turn (queued)."""
-        if self.tuner is not None and self.tuner.state != "tuned":
-            return
-        waiting = [j for j in self.jobs.values() if j.needs_tuning]
-        if not waiting:
-            return
-        job = min(waiting, key=lambda j: j.registered)
-        self.tuner = Tuner(job.workload, self.effective_budget(), self.spec, self._hooks())
-        self.tuner_job = job.id
-        job.message = ""
-
-    def _hooks(self) -> TunerHooks:
-        return TunerHooks(
-            apply_mode=self.device.apply,
-            power=self.device.power_between,
-            submit_fit=self._submit_fit,
-            on_sample=self._persist,
-            on_commit=self._on_commit,
-        )
-
-    def _submit_fit(self, workload: WorkloadState) -> Future:
-        if self.fitting is None:
-            fut: Future = Future()
-            fut.set_exception(RuntimeError("no predictor available"))
-            return fut
-        # a copy: the loop keeps owning the live samples while the fit runs
-        return self.fit_executor.submit(
-            self.fitting.fit, workload.name, dict(workload.samples), workload.persistent
-        )
-
-    def _persist(self, workload: WorkloadState) -> None:
-        if workload.persistent:
-            try:
-                self.store.save_samples(self.device.board.key, workload.name, workload.samples)
-                self.store.save_decisions(self.device.board.key, workload.name, workload.decisions)
-            except OSError as exc:
-                log.error("could not save samples of %s: %s", workload.name, exc)
-
-    def _on_commit(self, mode: PowerMode, m: Measurement) -> None:
-        log.info(
-            "pinned %s: measured %.1f ms/step at %.2f W (budget %g W)",
-            mode,
-            m.time_ms,
-            m.power_w,
-            self.effective_budget(),
-        )
-
-    # ---- status -------------------------------------------------------------------------
     def status(self) -> dict[str, Any]:
-        mode = self.device.current_mode
         power = self.device.latest_power()
+        reg = self.registry
+        with reg.lock:
+            mode = reg.board_mode
+            control = dict(reg.control)
+            extra = control.pop("job_extra", {})
+            jobs = []
+            for j in reg.jobs.values():
+                view = self._view(j)
+                e = extra.get(j.id, {})
+                jobs.append(
+                    {
+                        "id": j.id,
+                        "kind": j.kind,
+                        "workload": j.workload,
+                        "budget_w": j.budget_w,
+                        "phase": view.phase,
+                        "feasible": view.feasible,
+                        "pid": j.pid,
+                        "steps": j.steps,
+                        "profiled_modes": e.get("profiled_modes", 0),
+                        "fit_method": e.get("fit_method"),
+                        "message": view.message,
+                    }
+                )
+            budget = reg.effective_budget()
+            default = reg.default_budget_w
+        srv = self.cfg.server
         return {
             "board": self.device.board.model,
             "board_key": self.device.board.key,
             "l4t": self.device.board.l4t,
             "mode": None if mode is None else mode.as_dict(),
             "power_w": None if power is None else round(power, 3),
-            "budget_w": self.effective_budget(),
-            "default_budget_w": self.default_budget_w,
+            "budget_w": budget,
+            "default_budget_w": default,
             "limits_w": {"min": self.cfg.budget.min_w, "max": self.cfg.budget.max_w},
             "strategy": self.cfg.strategy.name,
             "mode_space_size": self.device.space.size,
-            "jobs": [j.describe(self.phase_of(j)) for j in self.jobs.values()],
-            "tuner": None
-            if self.tuner is None
-            else {
-                "job": self.tuner_job,
-                "state": self.tuner.state,
-                "measuring": None
-                if self.tuner.window is None
-                else self.tuner.window.mode.as_dict(),
-                "committed": None
-                if self.tuner.committed is None
-                else self.tuner.committed.mode.as_dict(),
-                "decided_after_s": self.tuner.decided_after_s,
-                "profiling": self.tuner.workload.cost.as_dict(),
+            "jobs": jobs,
+            "tuner": control.get("tuner"),
+            "planner": control.get("planner"),
+            "profiling": control.get("profiling", {}),
+            "workloads": control.get("workloads", []),
+            "workloads_in_memory": control.get("workloads_in_memory", []),
+            "faults": control.get("faults", []),
+            "power_sensor": control.get("power_sensor", "ok"),
+            "client_limits": {
+                "max_jobs": srv.max_jobs,
+                "max_jobs_per_client": srv.max_jobs_per_client,
+                "max_messages_per_s": srv.max_messages_per_s,
             },
-            "profiling": {
-                w.name: w.cost.as_dict() for w in self.workloads.values() if w.cost.seconds
-            },
-            "workloads": sorted(
-                {w.name for w in self.workloads.values() if w.persistent}
-                | set(self.store.workloads(self.device.board.key))
-            ),
         }
+
+    # ---- replies from the control path ------------------------------------------------------
+    def _post_reply(self, to: ReplyTo, reply: p.BaseModel) -> None:
+        self._outbox.append((to, reply))
+        if self.on_reply is not None:
+            self.on_reply()
+
+    def take_replies(self) -> list[tuple[ReplyTo, p.BaseModel]]:
+        out = []
+        while self._outbox:
+            out.append(self._outbox.popleft())
+        return out
 
     def shutdown(self) -> None:
-        self.fit_executor.shutdown(wait=False, cancel_futures=True)
-        self.tuner = None
+        """After the control thread stopped: give the board back (still one writer)."""
+        self.control.shutdown()
         self.device.restore()
         self.device.close()
-
-
-def _rows(modes: Any, t: Any, pw: Any) -> list[dict[str, Any]]:
-    return [
-        {
-            "cores": int(m[0]),
-            "cpu_khz": int(m[1]),
-            "gpu_hz": int(m[2]),
-            "emc_hz": int(m[3]),
-            # full precision: rounding made near-equal front points tie (a front that
-            # seemed to hold a slower mode at a higher power)
-            "time_ms": float(a),
-            "power_w": float(b),
-        }
-        for m, a, b in zip(modes, t, pw, strict=True)
-    ]
 
 
 # ---- sockets -----------------------------------------------------------------------------
@@ -550,12 +445,12 @@ def _set_socket_access(endpoint: str, group: str) -> None:
 
 
 class Server:
-    """Binds the sockets and runs the daemon's loop until stopped."""
+    """Binds the sockets, starts the control path, and runs the request path until stopped."""
 
     def __init__(self, daemon: Daemon):
         self.daemon = daemon
         self.stop_event = threading.Event()
-        self.notifier = SystemdNotifier()
+        self.notifier = daemon.notifier
 
     def serve(self) -> None:
         cfg = self.daemon.cfg.server
@@ -564,8 +459,19 @@ class Server:
             (cfg.endpoint, cfg.socket_group, False),
             (admin_endpoint(cfg.endpoint), cfg.admin_group, True),
         ]
-        socks: dict[zmq.Socket, bool] = {}
+        socks: list[tuple[zmq.Socket, bool]] = []
         poller = zmq.Poller()
+        wake_r, wake_w = os.pipe()
+        os.set_blocking(wake_r, False)
+        os.set_blocking(wake_w, False)
+
+        def wake() -> None:
+            try:
+                os.write(wake_w, b"x")
+            except BlockingIOError:  # already awake with bytes pending
+                pass
+
+        control = self.daemon.control
         try:
             for ep, group, admin in endpoints:
                 _prepare_ipc(ep)
@@ -575,29 +481,43 @@ class Server:
                 s.bind(ep)
                 _set_socket_access(ep, group)
                 poller.register(s, zmq.POLLIN)
-                socks[s] = admin
+                socks.append((s, admin))
                 log.info("listening on %s%s", ep, " (admin)" if admin else "")
+            poller.register(wake_r, zmq.POLLIN)
+            self.daemon.on_reply = wake
+            control.start(self.stop_event)
             self.notifier.ready(f"serving {cfg.endpoint}")
-            self._loop(poller, socks)
+            self._loop(poller, socks, wake_r)
         finally:
+            self.stop_event.set()
+            if control.thread is not None:
+                # a control path stuck in the kernel cannot be waited for forever: after
+                # this, restoring from here is the lesser evil (systemd would kill us anyway)
+                control.thread.join(timeout=10.0)
+                if control.thread.is_alive():
+                    log.error("the control path did not stop within 10 s")
             self.notifier.stopping()
-            for s in socks:
+            for s, _ in socks:
                 s.close()
+            os.close(wake_r)
+            os.close(wake_w)
             for ep, _, _ in endpoints:
                 path = _ipc_path(ep)
                 if path is not None and path.exists():
                     path.unlink(missing_ok=True)
             self.daemon.shutdown()
 
-    def _loop(self, poller: zmq.Poller, socks: dict[zmq.Socket, bool]) -> None:
-        last_status = ""
+    def _loop(self, poller: zmq.Poller, socks: list[tuple[zmq.Socket, bool]], wake: int) -> None:
+        d = self.daemon
         while not self.stop_event.is_set():
-            events = dict(poller.poll(int(LOOP_PERIOD_S * 1000)))
+            if not d.control.alive():
+                raise RuntimeError("the control path stopped unexpectedly")
+            events = dict(poller.poll(REQUEST_POLL_MS))
             now = time.monotonic()
-            for s, admin in socks.items():
+            for idx, (s, admin) in enumerate(socks):
                 if s not in events:
                     continue
-                while True:
+                for _ in range(MAX_BATCH):
                     try:
                         frames = s.recv_multipart(zmq.NOBLOCK)
                     except zmq.Again:
@@ -605,22 +525,16 @@ class Server:
                     if len(frames) != 2:
                         log.warning("dropping a message with %d frames", len(frames))
                         continue
-                    reply = self.daemon.handle(frames[0], frames[1], admin, now)
-                    s.send_multipart([frames[0], p.encode(reply)])
-            self.daemon.tick(time.monotonic())
-            status = self._status_line()
-            if status != last_status:
-                self.notifier.status(status)
-                last_status = status
-            self.notifier.watchdog()
-
-    def _status_line(self) -> str:
-        d = self.daemon
-        if not d.jobs:
-            return "idle: baseline mode"
-        phase = d.phase_of(next(iter(d.jobs.values()))) if d.tuner is None else d.tuner.phase
-        mode = d.device.current_mode
-        return f"{len(d.jobs)} job(s), {phase}, budget {d.effective_budget():g} W, mode {mode}"
+                    reply = d.handle(frames[0], frames[1], admin, now, sock=idx)
+                    if reply is not None:
+                        s.send_multipart([frames[0], p.encode(reply)])
+            if wake in events:
+                try:
+                    os.read(wake, 4096)
+                except BlockingIOError:
+                    pass
+            for to, reply in d.take_replies():
+                socks[to.sock][0].send_multipart([to.identity, p.encode(reply)])
 
     def install_signal_handlers(self) -> None:
         def stop(signum: int, frame: object) -> None:

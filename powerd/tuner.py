@@ -86,6 +86,7 @@ class Tuner:
         self.decided_after_s: float | None = None
         self._guard_start = 0.0
         self._switch_failures = 0
+        self.ticks = 0  # 0: nothing decided yet (a remembered mode may still skip profiling)
 
     @property
     def phase(self) -> str:
@@ -94,14 +95,33 @@ class Tuner:
         )
 
     def set_budget(self, budget_w: float) -> None:
-        """Re-solve from the samples and the fitted model; measure only what is new."""
+        """Re-solve from the samples and the fitted model; measure only what is new.
+
+        A window in flight is kept: what a mode draws and how fast it steps does not
+        depend on the budget (only its abort limit does, and that follows the new budget).
+        """
+        if budget_w == self.budget_w:
+            return
         self.budget_w = budget_w
         self.committed = None
         self.decided_after_s = None
         self.started = time.monotonic()
-        if self.state in ("tuned", "measuring"):
-            self.window = None
+        if self.window is not None:
+            self.window.budget_w = budget_w
+        if self.state == "tuned":
             self.state = "deciding"
+
+    @property
+    def feasible(self) -> bool | None:
+        """Whether the committed mode's measured power fits the budget (None: not decided)."""
+        return None if self.committed is None else self.committed.feasible
+
+    @property
+    def current_mode(self) -> PowerMode | None:
+        """The mode this tuner is measuring or holding."""
+        if self.window is not None:
+            return self.window.mode
+        return None if self.committed is None else self.committed.mode
 
     def feed_steps(self, ends: list[float], durations: list[float]) -> None:
         if self.window is not None:
@@ -109,6 +129,7 @@ class Tuner:
 
     def tick(self, now: float) -> None:
         # one tick may run several cheap decisions, but at most one mode switch
+        self.ticks += 1
         for _ in range(8):
             if self.state == "deciding":
                 if self._decide(now):

@@ -1,0 +1,509 @@
+"""The control path: the one thread that owns the board.
+
+It is the only writer of sysfs (mode switches with their read-back waits, restores), it
+samples power through the device, runs the planner chosen by the kinds of the registered
+jobs, and publishes into the registry what the request path answers from. Its progress
+feeds the systemd watchdog, so a hung control path (a stuck sysfs write, a fit that never
+returns) gets the daemon killed and restarted instead of holding the board silently.
+
+Faults stay local: any exception in a tick is logged with the job and mode involved, that
+job is released (`idle` with the reason), the board is given back, and the loop goes on.
+A power sensor that stops changing while modes change is a fault of the same kind.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import math
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from datetime import datetime, timezone
+from typing import Any
+
+from powerd import protocol as p
+from powerd.config import Config
+from powerd.fitting import Fitting
+from powerd.hardware import Hardware
+from powerd.modes import PowerMode
+from powerd.optimize import make_strategy
+from powerd.optimize.base import Measurement
+from powerd.optimize.pareto import pareto_front
+from powerd.planner import BoardHooks, JobSpec, JobView, Planner, PlannerRegistry
+from powerd.profiler import WindowSpec
+from powerd.registry import Registry, ReplyTo
+from powerd.store import Store
+from powerd.training import TrainingPlanner
+from powerd.tuner import WorkloadState
+from powerd.watchdog import SystemdNotifier
+
+log = logging.getLogger("powerd.control")
+
+LOOP_PERIOD_S = 0.02
+FROZEN_S = 2.0  # identical power readings this long across a mode switch: a frozen sensor
+SWITCH_SETTLE_S = 0.3  # a switch younger than this may not show in the power yet
+MAX_FAULTS_KEPT = 20
+CATALOGUE_PERIOD_S = 2.0  # how often the stored workload names are listed for status
+
+
+class ControlLoop:
+    def __init__(
+        self,
+        cfg: Config,
+        device: Hardware,
+        store: Store,
+        registry: Registry,
+        post_reply: Callable[[ReplyTo, p.BaseModel], None],
+        notifier: SystemdNotifier,
+        fitting: Fitting | None = None,
+    ):
+        self.cfg = cfg
+        self.device = device
+        self.store = store
+        self.registry = registry
+        self.post_reply = post_reply
+        self.notifier = notifier
+        self.fitting = fitting
+        self.spec = WindowSpec(
+            settle_s=cfg.profiling.settle_ms / 1000.0,
+            window_s=cfg.profiling.window_ms / 1000.0,
+            min_steps=cfg.profiling.min_steps,
+        )
+        self.heartbeat_timeout_s = cfg.server.heartbeat_timeout_ms / 1000.0
+        self.fit_executor = ThreadPoolExecutor(1, thread_name_prefix="powerd-fit")
+        self.planners = PlannerRegistry()
+        self.planners.add(
+            frozenset({"training"}), "training", lambda h: TrainingPlanner(h, self.spec)
+        )
+        self.planner: Planner | None = None
+        self.planner_name = ""
+        # workload state, least recently used first; live jobs' workloads are never evicted
+        self.workloads: collections.OrderedDict[tuple[str, str], WorkloadState] = (
+            collections.OrderedDict()
+        )
+        self.faults: collections.deque[dict[str, Any]] = collections.deque(maxlen=MAX_FAULTS_KEPT)
+        self.sensor_fault: dict[str, Any] | None = None
+        self._sensor_released: list[str] = []
+        self._last_mode: PowerMode | None = None
+        self._switches: collections.deque[float] = collections.deque(maxlen=64)
+        self._catalogue: list[str] = []
+        self._catalogue_t = -math.inf
+        self._status_line = ""
+        self._started = time.monotonic()
+        self.thread: threading.Thread | None = None
+
+    # ---- thread ---------------------------------------------------------------------------
+    def start(self, stop: threading.Event) -> None:
+        self.thread = threading.Thread(
+            target=self.run, args=(stop,), name="powerd-control", daemon=True
+        )
+        self.thread.start()
+
+    def run(self, stop: threading.Event) -> None:
+        while not stop.is_set():
+            self.step(time.monotonic())
+            # progress: only a control loop that completes its steps keeps systemd happy
+            self.notifier.watchdog()
+            self._report_status()
+            self.registry.wake.wait(LOOP_PERIOD_S)
+            self.registry.wake.clear()
+
+    def alive(self) -> bool:
+        return self.thread is not None and self.thread.is_alive()
+
+    # ---- one step -------------------------------------------------------------------------
+    def step(self, now: float) -> None:
+        reg = self.registry
+        with reg.lock:
+            expired = []
+            for job in list(reg.jobs.values()):
+                if now - job.last_seen > self.heartbeat_timeout_s:
+                    del reg.jobs[job.id]
+                    expired.append((job, now - job.last_seen))
+            specs = [j.spec() for j in reg.jobs.values()]
+            batches = {j.id: list(j.pending) for j in reg.jobs.values() if j.pending}
+            for j in reg.jobs.values():
+                j.pending.clear()
+            requests = list(reg.requests)
+            reg.requests.clear()
+            budget = reg.effective_budget()
+        for job, silent_s in expired:
+            log.info("job %s (%s) ended: no heartbeat for %.1f s", job.id, job.workload, silent_s)
+        try:
+            self._plan(specs, budget, batches, now)
+        except Exception as exc:  # noqa: BLE001 - a fault must not stop the control path
+            self._tick_failed(exc)
+        if not specs:
+            self._give_board_back()
+        self._publish(specs)
+        for kind, reply_to, payload in requests:
+            self._answer(kind, reply_to, payload)
+        self._evict_workloads({(s.kind, s.workload) for s in specs})
+
+    def _plan(
+        self,
+        specs: list[JobSpec],
+        budget: float,
+        batches: dict[str, list[tuple[list[float], list[float]]]],
+        now: float,
+    ) -> None:
+        kinds = frozenset(s.kind for s in specs)
+        chosen = self.planners.select(kinds) if kinds else None
+        if chosen is None:
+            self.planner, self.planner_name = None, ""
+            return
+        name, factory = chosen
+        if self.planner is None or name != self.planner_name:
+            self.planner, self.planner_name = factory(self._hooks()), name
+        planner = self.planner
+        planner.sync(specs, budget, now)
+        self._publish(specs)  # before any switch: no job reads a stale `tuned` under a probe
+        for job_id, items in batches.items():
+            for ends, durations in items:
+                planner.feed(job_id, ends, durations)
+        self._watch_mode(now)
+        self._check_sensor(now, specs)
+        if self.sensor_fault is None:
+            planner.tick(now)
+        self._watch_mode(time.monotonic())
+
+    def _tick_failed(self, exc: Exception) -> None:
+        job, mode = None, None
+        if self.planner is not None:
+            try:
+                job, mode = self.planner.culprit()
+            except Exception:  # noqa: BLE001
+                pass
+        log.exception(
+            "control tick failed (job %s, mode %s): %s: %s",
+            job,
+            mode,
+            type(exc).__name__,
+            exc,
+        )
+        why = (
+            f"powerd released this job after an internal error in mode {mode}: "
+            f"{type(exc).__name__}: {exc}; the board is back at its baseline"
+        )
+        self._fault("control_tick", why, job=job, mode=mode)
+        if self.planner is not None:
+            try:
+                self.planner.release([job] if job else None, why)
+            except Exception:  # noqa: BLE001 - a planner that cannot even release: start over
+                log.exception("planner could not release job %s: dropping it", job)
+                self.planner, self.planner_name = None, ""
+        self._give_board_back()
+
+    def _give_board_back(self) -> None:
+        try:
+            self.device.restore()
+        except Exception as exc:  # noqa: BLE001 - logged; the next idle step tries again
+            log.error("restoring the baseline failed: %s", exc)
+        self._watch_mode(time.monotonic())
+
+    def _fault(
+        self, kind: str, message: str, job: str | None = None, mode: PowerMode | None = None
+    ) -> dict[str, Any]:
+        entry = {
+            "time": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "kind": kind,
+            "message": message,
+            "job": job,
+            "mode": None if mode is None else mode.as_dict(),
+        }
+        self.faults.append(entry)
+        return entry
+
+    # ---- frozen power sensor --------------------------------------------------------------
+    def _watch_mode(self, now: float) -> None:
+        mode = self.device.current_mode
+        if mode != self._last_mode:
+            self._last_mode = mode
+            self._switches.append(now)
+
+    def _check_sensor(self, now: float, specs: list[JobSpec]) -> None:
+        if self.planner is None:
+            return
+        if self.sensor_fault is not None:
+            joined = [s.id for s in specs if s.id not in self._sensor_released]
+            if joined:
+                self._sensor_released += joined
+                self.planner.release(joined, self.sensor_fault["message"])
+            recent = [w for _, w in self.device.power_between(now - 1.0, now)]
+            latest = self.device.sampler.latest()
+            if len(set(recent)) > 1 and latest is not None and now - latest[0] < FROZEN_S:
+                log.warning("power readings move again: resuming the jobs")
+                self.sensor_fault["active"] = False
+                self.sensor_fault = None
+                self.planner.resume(self._sensor_released)
+                self._sensor_released = []
+            return
+        why = self._frozen_reason(now)
+        if why is None:
+            return
+        log.error("%s: giving the board back", why)
+        job, mode = self.planner.culprit()
+        entry = self._fault("power_sensor_frozen", why, job=job, mode=mode)
+        entry["active"] = True
+        self.sensor_fault = entry
+        self._sensor_released = [s.id for s in specs]
+        self.planner.release(
+            self._sensor_released,
+            f"{why}; the board is back at its baseline until the sensor recovers",
+        )
+        self._give_board_back()
+
+    def _frozen_reason(self, now: float) -> str | None:
+        latest = self.device.sampler.latest()
+        if latest is None:
+            if now - self._started > FROZEN_S:
+                return f"no power samples for {FROZEN_S:g} s"
+            return None
+        if now - latest[0] > FROZEN_S:
+            return f"no new power samples for {now - latest[0]:.1f} s"
+        t0 = now - FROZEN_S
+        switched = any(t0 <= t <= now - SWITCH_SETTLE_S for t in self._switches)
+        if not switched:
+            return None
+        samples = self.device.power_between(t0 - 0.2, now)
+        if len(samples) < 5 or samples[0][0] > t0:
+            return None  # not enough history to tell
+        if len({w for _, w in samples}) == 1:
+            return (
+                f"power sensor frozen: readings stuck at {samples[0][1]:.3f} W for "
+                f"{FROZEN_S:g} s across mode switches"
+            )
+        return None
+
+    # ---- publishing -----------------------------------------------------------------------
+    def _publish(self, specs: list[JobSpec]) -> None:
+        views: dict[str, JobView] = {}
+        extra: dict[str, dict[str, Any]] = {}
+        for s in specs:
+            view = JobView("queued", "registered: waiting for the control loop")
+            if self.planner is not None:
+                try:
+                    view = self.planner.phase_of(s.id)
+                except Exception as exc:  # noqa: BLE001
+                    log.exception("phase of job %s", s.id)
+                    view = JobView("idle", f"powerd internal error: {exc}")
+            views[s.id] = view
+            w = self.workloads.get((s.kind, s.workload))
+            extra[s.id] = {
+                "profiled_modes": 0 if w is None else w.profiled_modes(),
+                "fit_method": None if w is None else (w.fit_method or None),
+            }
+        now = time.monotonic()
+        if now - self._catalogue_t > CATALOGUE_PERIOD_S:
+            self._catalogue_t = now
+            try:
+                self._catalogue = list(self.store.workloads(self.device.board.key))
+            except OSError as exc:
+                log.error("listing stored workloads: %s", exc)
+        describe = None
+        if self.planner is not None:
+            try:
+                describe = self.planner.describe()
+            except Exception:  # noqa: BLE001
+                log.exception("planner status")
+        control = {
+            "tuner": describe,
+            "planner": self.planner_name or None,
+            "job_extra": extra,
+            "profiling": {
+                w.name: w.cost.as_dict() for w in self.workloads.values() if w.cost.seconds
+            },
+            "workloads": sorted(
+                {w.name for w in self.workloads.values() if w.persistent} | set(self._catalogue)
+            ),
+            "workloads_in_memory": [w.name for w in self.workloads.values()],
+            "faults": list(self.faults),
+            "power_sensor": "frozen" if self.sensor_fault is not None else "ok",
+        }
+        with self.registry.lock:
+            self.registry.views = views
+            self.registry.board_mode = self.device.current_mode
+            self.registry.control = control
+
+    def _report_status(self) -> None:
+        with self.registry.lock:
+            n = len(self.registry.jobs)
+            budget = self.registry.effective_budget()
+            phases = [v.phase for v in self.registry.views.values()]
+        if not n:
+            line = "idle: baseline mode"
+        else:
+            phase = phases[0] if phases else "queued"
+            line = f"{n} job(s), {phase}, budget {budget:g} W, mode {self.device.current_mode}"
+        if line != self._status_line:
+            self._status_line = line
+            self.notifier.status(line)
+
+    # ---- deferred requests ----------------------------------------------------------------
+    def _answer(self, kind: str, reply_to: ReplyTo, payload: Any) -> None:
+        try:
+            reply = getattr(self, f"_answer_{kind}")(reply_to.msg_id, payload)
+        except Exception as exc:  # noqa: BLE001 - one bad request must not stop the daemon
+            log.exception("internal error answering %s", kind)
+            reply = p.Error(
+                id=reply_to.msg_id, code="internal", message=f"{type(exc).__name__}: {exc}"
+            )
+        self.post_reply(reply_to, reply)
+
+    def _answer_restore(self, msg_id: int, released: int) -> p.BaseModel:
+        self.planner, self.planner_name = None, ""
+        self._give_board_back()
+        return p.Ok(id=msg_id, message=f"baseline restored; {released} job(s) released")
+
+    def _answer_predict(self, msg_id: int, req: p.Predict) -> p.BaseModel:
+        found = self._predictions(req.workload, msg_id)
+        if isinstance(found, p.Error):
+            return found
+        modes, t, pw, _ = found
+        return p.Predictions(id=msg_id, workload=req.workload, rows=rows(modes, t, pw))
+
+    def _answer_pareto(self, msg_id: int, req: p.Pareto) -> p.BaseModel:
+        found = self._predictions(req.workload, msg_id)
+        if isinstance(found, p.Error):
+            return found
+        modes, t, pw, w = found
+        front = pareto_front(t, pw)
+        measured = [
+            m for m in w.samples.values() if math.isfinite(m.power_w) and math.isfinite(m.time_ms)
+        ]
+        extra: dict[str, Any] = {
+            "profiled": [
+                {**m.mode.as_dict(), "time_ms": m.time_ms, "power_w": m.power_w} for m in measured
+            ],
+            "fit_method": w.fit_method or None,
+        }
+        d = self.planner.describe() if self.planner is not None else None
+        if d and d.get("workload") == w.name:
+            extra["budget_w"] = d.get("budget_w")
+            c = d.get("committed")
+            mode = None if c is None else PowerMode(**c)
+            if mode is not None and mode in w.samples:
+                m = w.samples[mode]
+                extra["chosen"] = {**mode.as_dict(), "time_ms": m.time_ms, "power_w": m.power_w}
+        return p.Predictions(
+            id=msg_id,
+            workload=req.workload,
+            rows=rows(modes[front], t[front], pw[front]),
+            extra=extra,
+        )
+
+    def _predictions(self, name: str, msg_id: int):  # noqa: ANN202
+        """(modes, time_ms, power_w, workload) from the workload's fitted predictor."""
+        w = self.workloads.get(("training", name))
+        stored = self.store.workloads(self.device.board.key)
+        if w is None and name in stored:
+            w = self.workload("training", name, True)
+        predictor = None if w is None else w.predictor
+        if predictor is None:
+            known = ", ".join(stored) or "none yet"
+            return p.Error(
+                id=msg_id,
+                code="not_found",
+                message=f"no fitted predictor for workload {name!r} on this board "
+                f"(workloads with samples: {known}); a job with strategy powertrain fits one",
+            )
+        modes = self.device.space.as_array()
+        t, pw = predictor.predict(modes)
+        return modes, t, pw, w
+
+    # ---- workloads --------------------------------------------------------------------------
+    def workload(self, kind: str, name: str, persistent: bool) -> WorkloadState:
+        key = (kind, name)
+        w = self.workloads.get(key)
+        if w is not None:
+            self.workloads.move_to_end(key)
+            return w
+        strategy = make_strategy(
+            self.cfg.strategy.name,
+            self.device.space,
+            predictor_factory=self.fitting.reference if self.fitting else None,
+            max_modes=self.cfg.profiling.modes,
+        )
+        samples = self.store.load_samples(self.device.board.key, name) if persistent else {}
+        w = WorkloadState(name, kind, strategy, samples, persistent=persistent)
+        if samples:
+            w.decisions = self.store.load_decisions(self.device.board.key, name)
+            log.info("workload %s: %d stored samples", name, len(samples))
+            fitted = self.fitting.load_fitted(name) if self.fitting else None
+            if fitted is not None:
+                w.predictor = fitted
+                w.fit_method = getattr(fitted, "method", "")
+                strategy.on_fitted(fitted)
+        self.workloads[key] = w
+        return w
+
+    def _evict_workloads(self, live: set[tuple[str, str]]) -> None:
+        cap = self.cfg.state.workloads_in_memory
+        for key in list(self.workloads):
+            w = self.workloads[key]
+            if key in live:
+                continue
+            if not w.persistent:
+                del self.workloads[key]  # nothing stored to come back to
+            elif len(self.workloads) > cap:
+                log.info("workload %s: evicted from memory (reloaded from the store)", w.name)
+                del self.workloads[key]
+
+    def _hooks(self) -> BoardHooks:
+        return BoardHooks(
+            apply_mode=self.device.apply,
+            power=self.device.power_between,
+            submit_fit=self._submit_fit,
+            persist=self._persist,
+            on_commit=self._on_commit,
+            workload=self.workload,
+        )
+
+    def _submit_fit(self, workload: WorkloadState) -> Future:
+        if self.fitting is None:
+            fut: Future = Future()
+            fut.set_exception(RuntimeError("no predictor available"))
+            return fut
+        # a copy: the control path keeps owning the live samples while the fit runs
+        return self.fit_executor.submit(
+            self.fitting.fit, workload.name, dict(workload.samples), workload.persistent
+        )
+
+    def _persist(self, workload: WorkloadState) -> None:
+        if workload.persistent:
+            try:
+                self.store.save_samples(self.device.board.key, workload.name, workload.samples)
+                self.store.save_decisions(self.device.board.key, workload.name, workload.decisions)
+            except OSError as exc:
+                log.error("could not save samples of %s: %s", workload.name, exc)
+
+    def _on_commit(self, mode: PowerMode, m: Measurement, budget_w: float) -> None:
+        log.info(
+            "pinned %s: measured %.1f ms/step at %.2f W (budget %g W)",
+            mode,
+            m.time_ms,
+            m.power_w,
+            budget_w,
+        )
+
+    def shutdown(self) -> None:
+        self.fit_executor.shutdown(wait=False, cancel_futures=True)
+        self.planner = None
+
+
+def rows(modes: Any, t: Any, pw: Any) -> list[dict[str, Any]]:
+    return [
+        {
+            "cores": int(m[0]),
+            "cpu_khz": int(m[1]),
+            "gpu_hz": int(m[2]),
+            "emc_hz": int(m[3]),
+            # full precision: rounding made near-equal front points tie (a front that
+            # seemed to hold a slower mode at a higher power)
+            "time_ms": float(a),
+            "power_w": float(b),
+        }
+        for m, a, b in zip(modes, t, pw, strict=True)
+    ]

@@ -1,0 +1,116 @@
+"""The job registry: the state the request path answers from, shared with the control path.
+
+The request thread adds, re-budgets and removes jobs and queues their step timestamps; the
+control thread drains the steps, expires silent jobs, and publishes what the planners
+decided (each job's view, the mode in force, the planner's status). Every access holds
+`lock`, and nothing slow happens while it is held (no sysfs, no store, no fit).
+
+Binding: a job belongs to the ZeroMQ connection that registered it (the ROUTER identity
+on the socket it came in on). Messages naming the job from any other connection get
+`unknown_job`, as if the job did not exist, so job ids reveal nothing. Why the identity
+and not a secret token: libzmq gives every connection that does not choose its own
+routing id a fresh one that starts with a zero byte, and refuses a peer that asks for an
+id already connected; peers may not choose ids starting with a zero byte. So no other
+client can speak as the owner while it is connected, and the daemon drops the job when
+its heartbeats stop. It also needs no protocol change and nothing for a client to leak.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+from powerd.modes import PowerMode
+from powerd.planner import JobSpec, JobView
+
+MAX_PENDING_BATCHES = 2000  # per job, while the control path is busy: older batches go
+
+
+Owner = tuple[int, bytes]  # (socket index, ZeroMQ routing identity)
+
+
+@dataclass
+class JobRecord:
+    id: str
+    kind: str
+    workload: str
+    persistent: bool
+    budget_w: float
+    owner: Owner
+    pid: int | None
+    last_seen: float
+    registered: float
+    latency_ms: float | None = None
+    rate_hz: float | None = None
+    steps: int = 0
+    pending: collections.deque[tuple[list[float], list[float]]] = field(
+        default_factory=lambda: collections.deque(maxlen=MAX_PENDING_BATCHES)
+    )
+
+    def spec(self) -> JobSpec:
+        return JobSpec(
+            id=self.id,
+            kind=self.kind,
+            workload=self.workload,
+            persistent=self.persistent,
+            budget_w=self.budget_w,
+            registered=self.registered,
+            latency_ms=self.latency_ms,
+            rate_hz=self.rate_hz,
+        )
+
+
+@dataclass
+class ReplyTo:
+    """Where a deferred reply goes (the control path answers predict/pareto/restore)."""
+
+    sock: int
+    identity: bytes
+    msg_id: int
+
+
+@dataclass
+class Registry:
+    default_budget_w: float
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    jobs: dict[str, JobRecord] = field(default_factory=dict)
+    # published by the control path
+    views: dict[str, JobView] = field(default_factory=dict)
+    board_mode: PowerMode | None = None
+    control: dict[str, Any] = field(default_factory=dict)
+    # requests for the control path (restore, predict, pareto)
+    requests: collections.deque[tuple[str, ReplyTo, Any]] = field(default_factory=collections.deque)
+    wake: threading.Event = field(default_factory=threading.Event)
+
+    def effective_budget(self) -> float:
+        """The board follows the lowest budget among the jobs (call with the lock held)."""
+        if not self.jobs:
+            return self.default_budget_w
+        return min(j.budget_w for j in self.jobs.values())
+
+    def jobs_of(self, owner: Owner) -> int:
+        return sum(1 for j in self.jobs.values() if j.owner == owner)
+
+
+class RateLimiter:
+    """A token bucket per connection: `rate` messages/s on average, bursts of `2 * rate`."""
+
+    MAX_TRACKED = 10_000
+
+    def __init__(self, rate_per_s: float):
+        self.rate = rate_per_s
+        self.burst = 2.0 * rate_per_s
+        self._buckets: collections.OrderedDict[Owner, tuple[float, float]] = (
+            collections.OrderedDict()
+        )
+
+    def allow(self, owner: Owner, now: float) -> bool:
+        tokens, last = self._buckets.pop(owner, (self.burst, now))
+        tokens = min(self.burst, tokens + (now - last) * self.rate)
+        ok = tokens >= 1.0
+        self._buckets[owner] = (tokens - 1.0 if ok else tokens, now)
+        while len(self._buckets) > self.MAX_TRACKED:  # connections come and go: bound it
+            self._buckets.popitem(last=False)
+        return ok

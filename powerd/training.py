@@ -1,0 +1,223 @@
+"""The training planner: one Tuner at a time drives the board for the training jobs on it.
+
+The board follows the lowest budget among the jobs (the effective budget). Each workload on
+the board is tuned for that budget in turn (profiling only what its samples lack; a budget
+it was tuned for before goes straight to the remembered mode). A plan is re-made only when
+the effective budget or the set of workloads changes; a measurement in flight survives a
+budget change (the mode's power and speed do not depend on the budget).
+
+What a job reads is what is true (DESIGN "tuned"):
+- the job whose workload is being tuned: `profiling` / `fitting`, then `tuned` once the mode
+  in force is committed for the current effective budget with measured power within it;
+- a job waiting while another workload is profiled: `queued`, naming that job;
+- a committed mode that does not fit (no measured mode does): `idle`, `feasible=False`;
+- a job released after a fault or after the daemon gave up: `idle` with the reason.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from powerd.modes import PowerMode
+from powerd.optimize.base import Measurement
+from powerd.planner import BoardHooks, JobSpec, JobView
+from powerd.profiler import WindowSpec
+from powerd.tuner import Tuner, TunerFailed, TunerHooks, WorkloadState
+
+log = logging.getLogger("powerd.training")
+
+
+@dataclass
+class _Job:
+    spec: JobSpec
+    workload: WorkloadState
+
+
+class TrainingPlanner:
+    kinds = frozenset({"training"})
+
+    def __init__(self, hooks: BoardHooks, spec: WindowSpec):
+        self.hooks = hooks
+        self.spec = spec
+        self.jobs: dict[str, _Job] = {}
+        self.budget_w: float | None = None
+        self.tuner: Tuner | None = None
+        self.tuner_job: str | None = None
+        # workload name -> the effective budget it was tuned for in the current plan
+        self.done: dict[str, float] = {}
+        self.released: dict[str, str] = {}  # job id -> why it reads idle
+
+    # ---- Planner interface ------------------------------------------------------------
+    def sync(self, jobs: Sequence[JobSpec], budget_w: float, now: float) -> None:
+        ids = {j.id for j in jobs}
+        for gone in [i for i in self.jobs if i not in ids]:
+            self._remove(gone)
+        for spec in jobs:
+            known = self.jobs.get(spec.id)
+            if known is None:
+                w = self.hooks.workload(spec.kind, spec.workload, spec.persistent)
+                self.jobs[spec.id] = _Job(spec, w)
+            else:
+                known.spec = spec
+        if budget_w != self.budget_w:
+            if self.budget_w is not None:
+                log.info("effective budget %g W -> %g W: re-planning", self.budget_w, budget_w)
+            self.budget_w = budget_w
+            self.done.clear()
+            if self.tuner is not None:
+                self.tuner.set_budget(budget_w)
+        live = {j.workload.name for i, j in self.jobs.items() if i not in self.released}
+        for name in [n for n in self.done if n not in live]:
+            del self.done[name]
+        self._arbitrate()
+
+    def feed(self, job_id: str, ends: Sequence[float], durations: Sequence[float]) -> None:
+        if self.tuner is not None and job_id == self.tuner_job:
+            self.tuner.feed_steps(list(ends), list(durations))
+
+    def tick(self, now: float) -> None:
+        self._arbitrate()
+        if self.tuner is None:
+            return
+        try:
+            self.tuner.tick(now)
+        except TunerFailed as exc:
+            job = self.tuner_job
+            log.error("giving up on job %s: %s", job, exc)
+            self.release([job] if job else None, f"powerd gave up tuning: {exc}")
+            return
+        self._note_done()
+        self._arbitrate()
+
+    def phase_of(self, job_id: str) -> JobView:
+        b = self.budget_w
+        if job_id in self.released:
+            return JobView("idle", self.released[job_id], None, b)
+        job = self.jobs.get(job_id)
+        if job is None:
+            return JobView("queued", "registered: waiting for the control loop", None, b)
+        t = self.tuner
+        if t is not None and t.workload is job.workload:
+            if t.ticks == 0:
+                return JobView("queued", "about to decide", None, b)
+            if t.state != "tuned":
+                return JobView(t.phase, t.message, None, b)
+            if t.budget_w != b:
+                return JobView("profiling", f"re-planning for {b:g} W", None, b)
+            if not t.feasible:
+                return JobView("idle", t.message, False, b)
+            return JobView("tuned", t.message, True, b)
+        if t is not None and t.state != "tuned":
+            other = self.jobs.get(self.tuner_job or "")
+            name = other.workload.name if other else t.workload.name
+            return JobView(
+                "queued",
+                f"waiting for job {self.tuner_job} ({name}) to finish {t.phase}",
+                None,
+                b,
+            )
+        if self.done.get(job.workload.name) == b and t is not None and t.feasible:
+            return JobView("tuned", "", True, b)
+        return JobView("queued", "waiting for its turn to be tuned", None, b)
+
+    def culprit(self) -> tuple[str | None, PowerMode | None]:
+        if self.tuner is None:
+            return None, None
+        return self.tuner_job, self.tuner.current_mode
+
+    def release(self, job_ids: Sequence[str] | None, message: str) -> None:
+        ids = list(self.jobs) if job_ids is None else list(job_ids)
+        for i in ids:
+            if i in self.jobs:
+                self.released[i] = message
+        if self.tuner_job in self.released or job_ids is None:
+            self.tuner = None
+            self.tuner_job = None
+        # the control loop gives the board back: every remaining workload commits again
+        self.done.clear()
+
+    def resume(self, job_ids: Sequence[str] | None = None) -> None:
+        for i in list(self.released) if job_ids is None else job_ids:
+            self.released.pop(i, None)
+        self._arbitrate()
+
+    def describe(self) -> dict[str, Any] | None:
+        t = self.tuner
+        if t is None:
+            return None
+        return {
+            "planner": "training",
+            "job": self.tuner_job,
+            "workload": t.workload.name,
+            "budget_w": t.budget_w,
+            "state": t.state,
+            "measuring": None if t.window is None else t.window.mode.as_dict(),
+            "committed": None if t.committed is None else t.committed.mode.as_dict(),
+            "feasible": t.feasible,
+            "decided_after_s": t.decided_after_s,
+            "profiling": t.workload.cost.as_dict(),
+        }
+
+    # ---- arbitration --------------------------------------------------------------------
+    def _remove(self, job_id: str) -> None:
+        job = self.jobs.pop(job_id)
+        self.released.pop(job_id, None)
+        if job_id != self.tuner_job:
+            return
+        # another job of the same workload keeps the tuner (and its window) going
+        heir = next(
+            (
+                i
+                for i, j in sorted(self.jobs.items(), key=lambda kv: kv[1].spec.registered)
+                if j.workload is job.workload and i not in self.released
+            ),
+            None,
+        )
+        if heir is not None:
+            self.tuner_job = heir
+            return
+        # the board holds (or probes) the leaving workload's mode: the others commit again
+        self.tuner = None
+        self.tuner_job = None
+        self.done.clear()
+
+    def _note_done(self) -> None:
+        t = self.tuner
+        if t is not None and t.state == "tuned" and t.budget_w == self.budget_w:
+            self.done[t.workload.name] = t.budget_w
+
+    def _arbitrate(self) -> None:
+        """One workload tunes at a time; the others wait their turn (queued)."""
+        if self.budget_w is None:
+            return
+        if self.tuner is not None and self.tuner.state != "tuned":
+            return
+        self._note_done()
+        waiting = [
+            (i, j)
+            for i, j in self.jobs.items()
+            if i not in self.released and self.done.get(j.workload.name) != self.budget_w
+        ]
+        if not waiting:
+            return
+        job_id, job = min(waiting, key=lambda kv: kv[1].spec.registered)
+        if self.tuner is not None and self.tuner.workload is job.workload:
+            self.tuner.set_budget(self.budget_w)
+        else:
+            self.tuner = Tuner(job.workload, self.budget_w, self.spec, self._tuner_hooks())
+        self.tuner_job = job_id
+
+    def _tuner_hooks(self) -> TunerHooks:
+        def on_commit(mode: PowerMode, m: Measurement) -> None:
+            self.hooks.on_commit(mode, m, self.budget_w or 0.0)
+
+        return TunerHooks(
+            apply_mode=self.hooks.apply_mode,
+            power=self.hooks.power,
+            submit_fit=self.hooks.submit_fit,
+            on_sample=self.hooks.persist,
+            on_commit=on_commit,
+        )
