@@ -49,6 +49,7 @@ class ModeWindow:
     _intervals: list[float] = field(default_factory=list)
     _last_step: float | None = None
     _no_tail: bool | None = None  # was the board within the abort limit before the switch?
+    _settled_at: float = math.nan  # end of the settle: power counts from here
 
     def add_steps(self, ends: Sequence[float], durations: Sequence[float] = ()) -> None:
         if self.state == "done":
@@ -82,20 +83,27 @@ class ModeWindow:
                 return self._over_while_settling(now, power)
             self._start_window(now)
             return None
-        if math.isnan(self.window_start):
-            return None  # paused: wait for the job to step again
+        paused = math.isnan(self.window_start)
+        # power over the budget ends the probe whether or not the job steps: a pause
+        # (evaluation, a checkpoint) must not hold an over-budget mode unchecked
+        t0 = (
+            max(self._settled_at, now - max(self.spec.window_s, self.spec.min_pause_s))
+            if paused
+            else self.window_start
+        )
+        watts = [w for _, w in power(t0, now)]
+        if len(watts) >= self.spec.min_abort_samples:
+            mean_w = statistics.fmean(watts)
+            if mean_w > self.budget_w + self.spec.abort_margin_w:
+                return self._finish(mean_w, aborted=True)
+        if paused:
+            return None  # wait for the job to step again
         if self._paused(now):
             self.cancelled += 1
             self.window_start = math.nan
             self._intervals = []
             self._anchor = None
             return None
-        samples = power(self.window_start, now)
-        watts = [w for _, w in samples]
-        if len(watts) >= self.spec.min_abort_samples:
-            mean_w = statistics.fmean(watts)
-            if mean_w > self.budget_w + self.spec.abort_margin_w:
-                return self._finish(mean_w, aborted=True)
         if (
             len(self._intervals) >= self.spec.min_steps
             and now - self.window_start >= self.spec.window_s
@@ -128,6 +136,7 @@ class ModeWindow:
 
     def _start_window(self, now: float) -> None:
         self.state = "measuring"
+        self._settled_at = now
         self.window_start = now
         self._intervals = []
         # steps that end after `now` are timed from the last step before it

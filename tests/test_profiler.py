@@ -136,3 +136,34 @@ def test_from_a_mode_within_the_budget_over_budget_power_stops_sooner():
     from_above = stopped_at(power_at(24.0))  # over before the switch too: wait out a tail
     assert from_within < from_above
     assert from_within <= 0.1 * (SPEC.min_abort_samples + 1) + 1e-9
+
+
+def test_power_over_budget_ends_a_probe_while_the_job_is_paused():
+    """Fails on the old window: a paused window returned before the over-budget check."""
+
+    def rising(t0, t1):  # 15 W until t=6, then 25 W (the paused job's evaluation, say)
+        n = int((t1 - t0) / 0.1)
+        return [(t0 + 0.1 * i, 15.0 if t0 + 0.1 * i < 6.0 else 25.0) for i in range(n)]
+
+    win = ModeWindow(MODE, SPEC, budget_w=20, t_switch=0.0)
+    t = 0.0
+    while t < 1.6:  # settle, then a few steps of the window
+        t += 0.25
+        win.add_steps([t])
+        assert win.poll(t, rising) is None
+    result = None
+    while t < 12 and result is None:  # no more steps: the job paused
+        t += 0.1
+        result = win.poll(t, rising)
+    assert win.cancelled >= 1  # the pause was seen (window discarded) ...
+    assert result is not None and result.aborted_over_budget  # ... and power still checked
+    assert 6.0 < t < 7.5
+    assert result.power_w > 21
+
+
+def test_a_lowered_budget_applies_to_a_window_in_flight():
+    win = ModeWindow(MODE, SPEC, budget_w=30, t_switch=0.0)
+    assert drive(win, 0.25, until=1.5, watts=25.0) is None
+    win.budget_w = 20  # Tuner.set_budget keeps the window, with the new limit
+    m = drive(win, 0.25, until=5, watts=25.0, start=1.5)
+    assert m is not None and m.aborted_over_budget

@@ -264,11 +264,14 @@ class BinarySearch(Strategy):
     # -- the search ---------------------------------------------------------------------
     def _search(self, probe: Prober, budget_w: float) -> None:
         top = [k - 1 for k in self.n]
-        r = probe(top)
-        if r.ok:
-            return
+        p_top = self._expected_top_over(probe, budget_w)
+        if p_top is None:
+            r = probe(top)
+            if r.ok:
+                return
+            p_top = r.power_w
         path = self.path[:-1] if list(self.path[-1]) == top else self.path
-        k = search_frontier(probe, path, budget_w, r.power_w)
+        k = search_frontier(probe, path, budget_w, p_top)
         if k < 0:
             return
         x = list(path[k])
@@ -279,6 +282,20 @@ class BinarySearch(Strategy):
             if moved is None:
                 return
             x, cur = self._raise(probe, *moved)
+
+    def _expected_top_over(self, probe: Prober, budget_w: float) -> float | None:
+        """The max mode's expected power when there is reason to expect it over the budget
+        (then it is not probed first), else None. Like PowerTrain, never open with a probe
+        expected to overshoot: the search first measures the min mode (on its path anyway,
+        and the lowest power the board has) and expects the max mode at that power over the
+        usual floor share. Only that one sample decides, so replaying the search on more
+        samples keeps taking the same path."""
+        top_mode = probe.mode([k - 1 for k in self.n])
+        if top_mode in probe.samples:
+            return None  # measured before: reuse it (or measure it again, if aborted)
+        low = probe([0, 0, 0, 0])
+        expected = low.power_w / FLOOR_POWER_SHARE
+        return expected if expected > budget_w else None
 
     def _faster(self, new: Probe, old: Probe) -> bool:
         return new.ok and new.time_ms < old.time_ms * (1.0 - self.min_gain)

@@ -646,7 +646,13 @@ class Emulator:
         e = m.emc_hz / self._emc_rates[-1] if self._emc_rates else 0.0
         return {r.label: r.base + r.gpu * g + r.cpu * c + r.emc * e for r in self.board.rails}
 
+    def freeze_power(self, frozen: bool = True) -> None:
+        """Fault injection: a power sensor whose readings stop changing (files not rewritten)."""
+        self._power_frozen = frozen
+
     def _write_power(self, now: float) -> None:
+        if getattr(self, "_power_frozen", False):
+            return
         total_w = self._settled_power(now)
         if self.noise_frac > 0:
             total_w *= 1.0 + self._rng.gauss(0.0, self.noise_frac)
