@@ -1,0 +1,79 @@
+"""The training planner on its own (fake board hooks): what makes it re-plan, and what not."""
+
+from concurrent.futures import Future
+
+import pytest
+
+from powerd.optimize.binary_search import BinarySearch
+from powerd.optimize.replay import GridSpace
+from powerd.planner import BoardHooks, JobSpec
+from powerd.profiler import WindowSpec
+from powerd.sim.trace import TRACE_DIR, Trace
+from powerd.training import TrainingPlanner
+from powerd.tuner import WorkloadState
+
+SPEC = WindowSpec(settle_s=1.0, window_s=2.0, min_steps=5)
+
+
+@pytest.fixture
+def planner():
+    trace = Trace.load(TRACE_DIR / "orin_nano_resnet18_imagenet_train.csv")
+    space = GridSpace.from_trace(trace)
+    workloads = {}
+    applied = []
+
+    def workload(kind, name, persistent):
+        return workloads.setdefault(name, WorkloadState(name, kind, BinarySearch(space)))
+
+    hooks = BoardHooks(
+        apply_mode=applied.append,
+        power=lambda t0, t1: [],
+        submit_fit=lambda w: Future(),
+        persist=lambda w: None,
+        on_commit=lambda mode, m, b: None,
+        workload=workload,
+    )
+    pl = TrainingPlanner(hooks, SPEC)
+    pl.applied = applied
+    return pl
+
+
+def job(i, budget, workload="w", t=0.0):
+    return JobSpec(
+        id=i, kind="training", workload=workload, persistent=True, budget_w=budget, registered=t
+    )
+
+
+def test_a_measurement_in_flight_survives_changes_that_leave_it_valid(planner):
+    a = job("a", 12)
+    planner.sync([a], 12, 0.0)
+    planner.tick(0.0)
+    window = planner.tuner.window
+    assert window is not None and planner.phase_of("a").phase == "profiling"
+    # a second job of the same workload with a higher budget: nothing changes
+    planner.sync([a, job("b", 15, t=1.0)], 12, 0.1)
+    planner.tick(0.1)
+    assert planner.tuner.window is window and len(planner.applied) == 1
+    # the effective budget drops: the window is kept, its abort limit follows the budget
+    planner.sync([job("a", 10), job("b", 15, t=1.0)], 10, 0.2)
+    planner.tick(0.2)
+    assert planner.tuner.window is window and window.budget_w == 10
+    # the job that registered the workload leaves; the other one of the workload carries on
+    planner.sync([job("b", 15, t=1.0)], 15, 0.3)
+    planner.tick(0.3)
+    assert planner.tuner.window is window and planner.tuner_job == "b"
+    assert len(planner.applied) == 1
+    assert planner.phase_of("b").phase == "profiling"
+
+
+def test_a_new_workload_queues_behind_the_one_being_profiled(planner):
+    planner.sync([job("a", 12)], 12, 0.0)
+    planner.tick(0.0)
+    planner.sync([job("a", 12), job("c", 12, workload="other", t=1.0)], 12, 0.1)
+    planner.tick(0.1)
+    view = planner.phase_of("c")
+    assert view.phase == "queued" and "waiting for job a" in view.message
+    # the workload being profiled leaves: its probe is no longer anyone's, the other goes next
+    planner.sync([job("c", 12, workload="other", t=1.0)], 12, 0.2)
+    planner.tick(0.2)
+    assert planner.tuner_job == "c" and planner.tuner.workload.name == "other"
