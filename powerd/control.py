@@ -120,7 +120,7 @@ class ControlLoop:
             expired = []
             for job in list(reg.jobs.values()):
                 if now - job.last_seen > self.heartbeat_timeout_s:
-                    del reg.jobs[job.id]
+                    reg.remove(job.id)
                     expired.append((job, now - job.last_seen))
             specs = [j.spec() for j in reg.jobs.values()]
             batches = {j.id: list(j.pending) for j in reg.jobs.values() if j.pending}
@@ -153,6 +153,7 @@ class ControlLoop:
         chosen = self.planners.select(kinds) if kinds else None
         if chosen is None:
             self.planner, self.planner_name = None, ""
+            self._check_sensor(now, specs)
             return
         name, factory = chosen
         if self.planner is None or name != self.planner_name:
@@ -224,21 +225,23 @@ class ControlLoop:
             self._switches.append(now)
 
     def _check_sensor(self, now: float, specs: list[JobSpec]) -> None:
-        if self.planner is None:
-            return
         if self.sensor_fault is not None:
-            joined = [s.id for s in specs if s.id not in self._sensor_released]
-            if joined:
-                self._sensor_released += joined
-                self.planner.release(joined, self.sensor_fault["message"])
             recent = [w for _, w in self.device.power_between(now - 1.0, now)]
             latest = self.device.sampler.latest()
             if len(set(recent)) > 1 and latest is not None and now - latest[0] < FROZEN_S:
                 log.warning("power readings move again: resuming the jobs")
                 self.sensor_fault["active"] = False
                 self.sensor_fault = None
-                self.planner.resume(self._sensor_released)
+                if self.planner is not None:
+                    self.planner.resume(self._sensor_released)
                 self._sensor_released = []
+                return
+            joined = [s.id for s in specs if s.id not in self._sensor_released]
+            if joined and self.planner is not None:
+                self._sensor_released += joined
+                self.planner.release(joined, self.sensor_fault["message"])
+            return
+        if self.planner is None:
             return
         why = self._frozen_reason(now)
         if why is None:

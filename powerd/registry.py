@@ -84,14 +84,40 @@ class Registry:
     requests: collections.deque[tuple[str, ReplyTo, Any]] = field(default_factory=collections.deque)
     wake: threading.Event = field(default_factory=threading.Event)
 
+    _per_owner: collections.Counter = field(default_factory=collections.Counter)
+    _effective: float | None = None  # cached lowest budget (None: recompute)
+
+    # every change to the job set goes through these (with the lock held), so the
+    # answers below stay O(1) with hundreds of jobs
+    def add(self, job: JobRecord) -> None:
+        self.jobs[job.id] = job
+        self._per_owner[job.owner] += 1
+        if self._effective is not None:
+            self._effective = min(self._effective, job.budget_w)
+
+    def remove(self, job_id: str) -> JobRecord | None:
+        job = self.jobs.pop(job_id, None)
+        if job is not None:
+            self._per_owner[job.owner] -= 1
+            if self._per_owner[job.owner] <= 0:
+                del self._per_owner[job.owner]
+            self._effective = None
+        return job
+
+    def set_budget(self, job: JobRecord, budget_w: float) -> None:
+        job.budget_w = budget_w
+        self._effective = None
+
     def effective_budget(self) -> float:
         """The board follows the lowest budget among the jobs (call with the lock held)."""
         if not self.jobs:
             return self.default_budget_w
-        return min(j.budget_w for j in self.jobs.values())
+        if self._effective is None:
+            self._effective = min(j.budget_w for j in self.jobs.values())
+        return self._effective
 
     def jobs_of(self, owner: Owner) -> int:
-        return sum(1 for j in self.jobs.values() if j.owner == owner)
+        return self._per_owner.get(owner, 0)
 
 
 class RateLimiter:

@@ -55,13 +55,23 @@ class TrainingPlanner:
         ids = {j.id for j in jobs}
         for gone in [i for i in self.jobs if i not in ids]:
             self._remove(gone)
+        for gone in [i for i in self.released if i not in ids]:
+            del self.released[gone]
         for spec in jobs:
             known = self.jobs.get(spec.id)
-            if known is None:
-                w = self.hooks.workload(spec.kind, spec.workload, spec.persistent)
-                self.jobs[spec.id] = _Job(spec, w)
-            else:
+            if known is not None:
                 known.spec = spec
+            elif spec.id not in self.released:
+                try:
+                    w = self.hooks.workload(spec.kind, spec.workload, spec.persistent)
+                except Exception as exc:  # noqa: BLE001 - one job's bad state stays its own
+                    log.exception("job %s: cannot load workload %s", spec.id, spec.workload)
+                    self.released[spec.id] = (
+                        f"powerd could not load what it knows of workload {spec.workload!r}: "
+                        f"{type(exc).__name__}: {exc}"
+                    )
+                    continue
+                self.jobs[spec.id] = _Job(spec, w)
         if budget_w != self.budget_w:
             if self.budget_w is not None:
                 log.info("effective budget %g W -> %g W: re-planning", self.budget_w, budget_w)
