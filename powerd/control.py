@@ -45,7 +45,8 @@ LOOP_PERIOD_S = 0.02
 FROZEN_S = 2.0  # identical power readings this long across a mode switch: a frozen sensor
 SWITCH_SETTLE_S = 0.3  # a switch younger than this may not show in the power yet
 MAX_FAULTS_KEPT = 20
-CATALOGUE_PERIOD_S = 2.0  # how often the stored workload names are listed for status
+CATALOGUE_PERIOD_S = 2.0
+RESTORE_RETRY_S = 5.0  # how often the stored workload names are listed for status
 
 
 class ControlLoop:
@@ -92,6 +93,8 @@ class ControlLoop:
         self._catalogue_t = -math.inf
         self._status_line = ""
         self._started = time.monotonic()
+        self._board_dirty = True  # restore once at start: nothing may be left pinned
+        self._retry_restore_at = 0.0
         self.thread: threading.Thread | None = None
 
     # ---- thread ---------------------------------------------------------------------------
@@ -135,8 +138,13 @@ class ControlLoop:
             self._plan(specs, budget, batches, now)
         except Exception as exc:  # noqa: BLE001 - a fault must not stop the control path
             self._tick_failed(exc)
-        if not specs:
+        if specs:
+            self._board_dirty = True
+        elif self._board_dirty and now >= self._retry_restore_at:
             self._give_board_back()
+            # a restore that could not finish is retried while idle, not on every tick
+            self._board_dirty = self.device.controller.baseline.pending
+            self._retry_restore_at = now + RESTORE_RETRY_S if self._board_dirty else 0.0
         self._publish(specs)
         for kind, reply_to, payload in requests:
             self._answer(kind, reply_to, payload)
@@ -185,7 +193,7 @@ class ControlLoop:
             exc,
         )
         why = (
-            f"powerd released this job after an internal error in mode {mode}: "
+            f"powerd released this job after an error in mode {mode}: "
             f"{type(exc).__name__}: {exc}; the board is back at its baseline"
         )
         self._fault("control_tick", why, job=job, mode=mode)
@@ -358,6 +366,14 @@ class ControlLoop:
     def _answer_restore(self, msg_id: int, released: int) -> p.BaseModel:
         self.planner, self.planner_name = None, ""
         self._give_board_back()
+        if self.device.controller.baseline.pending:
+            self._board_dirty, self._retry_restore_at = True, time.monotonic() + RESTORE_RETRY_S
+            return p.Error(
+                id=msg_id,
+                code="internal",
+                message=f"{released} job(s) released, but the baseline could not be fully "
+                "restored (the daemon's log names the values); it retries while idle",
+            )
         return p.Ok(id=msg_id, message=f"baseline restored; {released} job(s) released")
 
     def _answer_predict(self, msg_id: int, req: p.Predict) -> p.BaseModel:

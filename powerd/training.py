@@ -25,7 +25,7 @@ from powerd.modes import PowerMode
 from powerd.optimize.base import Measurement
 from powerd.planner import BoardHooks, JobSpec, JobView
 from powerd.profiler import WindowSpec
-from powerd.tuner import Tuner, TunerFailed, TunerHooks, WorkloadState
+from powerd.tuner import Tuner, TunerHooks, WorkloadState
 
 log = logging.getLogger("powerd.training")
 
@@ -92,13 +92,9 @@ class TrainingPlanner:
         self._arbitrate()
         if self.tuner is None:
             return
-        try:
-            self.tuner.tick(now)
-        except TunerFailed as exc:
-            job = self.tuner_job
-            log.error("giving up on job %s: %s", job, exc)
-            self.release([job] if job else None, f"powerd gave up tuning: {exc}")
-            return
+        # TunerFailed (switches refused) and anything else reach the control loop, which
+        # releases `culprit()` and gives the board back
+        self.tuner.tick(now)
         self._note_done()
         self._arbitrate()
 

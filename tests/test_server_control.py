@@ -213,3 +213,23 @@ def test_an_exception_in_the_control_tick_releases_the_job_and_keeps_serving(nan
         finally:
             stepper.stop()
             job.close()
+
+
+def test_after_giving_up_on_refused_switches_the_job_reads_idle_not_tuned(nano_trace):
+    """Fails on the old daemon: it said `tuned` with the board at its baseline."""
+    with InProcess(nano_trace) as d:
+
+        def refuse(mode):
+            raise OSError(f"EBUSY writing {mode}")
+
+        d.hw.apply = refuse
+        with powerd.request(budget_w=12, workload="refused", endpoint=d.endpoint) as job:
+            wait_for(lambda: job.phase == "idle", 20, "the job released")
+            assert "TunerFailed" in job.message and "EBUSY" in job.message
+            assert job.mode is None
+            s = d.status()
+            assert s["mode"] is None and s["jobs"][0]["phase"] == "idle"
+            assert s["faults"][-1]["job"] == job.id
+            time.sleep(0.3)
+            assert job.phase == "idle"  # released for good, not re-planned in a loop
+        assert knob_snapshot(d.root) == d.baseline
