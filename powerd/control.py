@@ -106,9 +106,13 @@ class ControlLoop:
 
     def run(self, stop: threading.Event) -> None:
         while not stop.is_set():
-            self.step(time.monotonic())
-            # progress: only a control loop that completes its steps keeps systemd happy
-            self.notifier.watchdog()
+            try:
+                self.step(time.monotonic())
+            except Exception:  # noqa: BLE001 - a bug outside the tick: no ping this round
+                log.exception("control step failed")
+            else:
+                # progress: only a control loop that completes its steps keeps systemd happy
+                self.notifier.watchdog()
             self._report_status()
             self.registry.wake.wait(LOOP_PERIOD_S)
             self.registry.wake.clear()

@@ -8,11 +8,13 @@ decided (each job's view, the mode in force, the planner's status). Every access
 Binding: a job belongs to the ZeroMQ connection that registered it (the ROUTER identity
 on the socket it came in on). Messages naming the job from any other connection get
 `unknown_job`, as if the job did not exist, so job ids reveal nothing. Why the identity
-and not a secret token: libzmq gives every connection that does not choose its own
-routing id a fresh one that starts with a zero byte, and refuses a peer that asks for an
-id already connected; peers may not choose ids starting with a zero byte. So no other
-client can speak as the owner while it is connected, and the daemon drops the job when
-its heartbeats stop. It also needs no protocol change and nothing for a client to leak.
+and not a secret token: it needs no protocol change and gives the client nothing to leak.
+libzmq refuses a peer that asks for an identity already connected (checked: the spoofed
+messages are dropped), so no one can speak as the owner while it is connected. The
+identities libzmq assigns are a zero byte and a 32-bit counter from a random start; the
+daemon never reveals them, and once the owner disconnects its job lives only until the
+heartbeat timeout, so taking it over means guessing 32 bits within seconds, one new
+connection per guess. (A client that sets its own routing id must make it unguessable.)
 """
 
 from __future__ import annotations
