@@ -125,8 +125,10 @@ class TrainingPlanner:
                 None,
                 b,
             )
-        if self.done.get(job.workload.name) == b and t is not None and t.feasible:
-            return JobView("tuned", "", True, b)
+        if self.done.get(job.workload.name) == b and t is not None and t.state == "tuned":
+            if t.feasible:
+                return JobView("tuned", "", True, b)
+            return JobView("idle", t.message, False, b)  # the board holds an infeasible mode
         return JobView("queued", "waiting for its turn to be tuned", None, b)
 
     def culprit(self) -> tuple[str | None, PowerMode | None]:
