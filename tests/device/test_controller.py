@@ -239,3 +239,51 @@ def test_nano_switches(emulated_nano: Emulator) -> None:
     assert (root / "sys/devices/system/cpu/online").read_text().strip() == "0-3"
     ctl.apply(PowerMode(6, 1510400, 624750000, 2133000000))
     assert emulated_nano.rejected_writes == []
+
+
+# ---- another tool rewrites a pinned value (#8 item 8) -----------------------------------
+
+
+def test_external_changes_detects_a_rewrite_behind_powerds_back(emulated_agx: Emulator) -> None:
+    from powerd.device import sysfs
+    from powerd.device.controller import ExternalChange
+
+    ctl = Controller(detect_board(emulated_agx.root), verify_timeout_s=1.0)
+    assert ctl.external_changes() == []  # nothing pinned yet
+    mode = PowerMode(8, 1036800, 522750000, 2133000000)
+    ctl.apply(mode)
+    assert ctl.external_changes() == []
+    # jetson_clocks-style: max the GPU and let EMC go back to DVFS
+    gpu_max = ctl.board.gpu_dir / "max_freq"
+    top = gpu_max.parent.joinpath("available_frequencies").read_text().split()[-1]
+    sysfs.write_value(gpu_max, top)
+    sysfs.write_value(emulated_agx.root / "sys/kernel/debug/bpmp/debug/clk/emc/mrq_rate_locked", 0)
+    sysfs.write_value(emulated_agx.root / "sys/devices/system/cpu/cpu11/online", 1)
+    changes = ctl.external_changes()
+    dev_gpu = "/" + str(gpu_max.relative_to(emulated_agx.root))
+    assert ExternalChange(dev_gpu, "522750000", top) in changes
+    assert (
+        ExternalChange("/sys/kernel/debug/bpmp/debug/clk/emc/mrq_rate_locked", "1", "0") in changes
+    )
+    assert ExternalChange("/sys/devices/system/cpu/cpu11/online", "0", "1") in changes
+    assert len(changes) == 3, changes
+    assert ctl.reapply() == mode
+    assert ctl.external_changes() == []
+
+
+def test_external_changes_is_cheap(emulated_agx: Emulator) -> None:
+    """One read per pinned file and no waiting: counted, not timed."""
+    from unittest import mock
+
+    from powerd.device import controller as controller_mod
+
+    ctl = Controller(detect_board(emulated_agx.root), verify_timeout_s=1.0)
+    ctl.apply(PowerMode(4, 1036800, 522750000, 2133000000))
+    pinned = len(ctl.pinned_values())
+    reads = mock.Mock(wraps=controller_mod.sysfs.read_text)
+    with (
+        mock.patch.object(controller_mod.sysfs, "read_text", reads),
+        mock.patch("time.sleep", side_effect=AssertionError("external_changes must not wait")),
+    ):
+        assert ctl.external_changes() == []
+    assert reads.call_count == pinned
