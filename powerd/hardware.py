@@ -12,6 +12,7 @@ from powerd.device.baseline import RestoreReport
 from powerd.device.controller import Controller, ExternalChange
 from powerd.device.detect import BoardInfo, detect_board
 from powerd.device.errors import DeviceError
+from powerd.device.lock import BoardLock
 from powerd.device.modespace import ModeSpace, discover_mode_space
 from powerd.device.power import PowerReader, PowerSampler
 from powerd.modes import PowerMode
@@ -28,9 +29,18 @@ class Hardware:
     RETRY_FIRST_S = 2.0
     RETRY_MAX_S = 60.0
 
+    # a `powerd restore` in progress holds the board lock for a second or two
+    LOCK_WAIT_S = 5.0
+
     def __init__(
-        self, board: BoardInfo, space: ModeSpace, controller: Controller, sampler: PowerSampler
+        self,
+        board: BoardInfo,
+        space: ModeSpace,
+        controller: Controller,
+        sampler: PowerSampler,
+        lock: BoardLock | None = None,
     ):
+        self.lock = lock
         self.board = board
         self.space = space
         self.controller = controller
@@ -40,6 +50,24 @@ class Hardware:
 
     @classmethod
     def open(cls, cfg: Config) -> Hardware:
+        lock = BoardLock(cfg.state.dir)
+        try:
+            got = lock.acquire(cls.LOCK_WAIT_S)
+        except OSError as exc:
+            raise HardwareError(f"cannot take the board lock {lock.path}: {exc}") from None
+        if not got:
+            raise HardwareError(
+                f"another process (pid {lock.holder() or '?'}) holds the board lock "
+                f"{lock.path}: a second powerd, or a `powerd restore` that did not finish"
+            )
+        try:
+            return cls._open_locked(cfg, lock)
+        except BaseException:
+            lock.release()
+            raise
+
+    @classmethod
+    def _open_locked(cls, cfg: Config, lock: BoardLock) -> Hardware:
         root = cfg.device.root
         try:
             board = detect_board(root)
@@ -65,7 +93,7 @@ class Hardware:
             len(space.gpu_hz),
             len(space.emc_hz),
         )
-        return cls(board, space, controller, sampler)
+        return cls(board, space, controller, sampler, lock)
 
     @property
     def current_mode(self) -> PowerMode | None:
@@ -131,3 +159,5 @@ class Hardware:
 
     def close(self) -> None:
         self.sampler.stop()
+        if self.lock is not None:
+            self.lock.release()
