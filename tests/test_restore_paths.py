@@ -148,3 +148,28 @@ def test_a_second_daemon_cannot_take_a_held_board(board):
     )
     assert res.returncode == 1
     assert f"pid {board.daemon.pid}" in res.stderr and "holds the board lock" in res.stderr
+
+
+def test_torn_baseline_after_a_crash_the_daemon_gives_the_board_back(board, trace):
+    """#10 item 1 through the real daemon: kill -9 while a mode is pinned, the baseline file
+    torn (power cut mid-write). The restarted daemon sets it aside, returns the board to the
+    nvpmodel mode in force, keeps serving, and a later job's end restores that state."""
+    from powerd.sim.job import run_training_job
+
+    proc = _pin_the_board(board)
+    try:
+        board.stop_daemon(signal.SIGKILL)
+    finally:
+        proc.kill()
+        proc.wait()
+    (board.state_dir / "baseline.json").write_text('{"version": 1, "online": [{"pa')
+    board.start_daemon()
+    log = board.daemon_log.read_text()
+    assert "is corrupt" in log and "baseline.json.corrupt-" in log
+    assert "known-good state (nvpmodel mode 0 (MAXN)) restored" in log
+    assert knob_snapshot(board.root) == board.baseline  # MAXN is the tree's boot state
+    run = run_training_job(
+        board.root, trace, 25, "after-tear", TS, endpoint=board.endpoint, max_s=120
+    )
+    assert run.final_phase == "tuned", board.log_tail()
+    wait_for(lambda: knob_snapshot(board.root) == board.baseline, 5, "baseline after the job")
