@@ -146,6 +146,13 @@ class Hardware:
             log.warning("external change to a pinned value: %s", change)
         return changes
 
+    def yield_board(self, changes: Sequence[ExternalChange]) -> RestoreReport:
+        """`on_external_change = "yield"`: leave the changed files to the other tool, put
+        every other pinned value back, pin nothing until the next apply."""
+        report = self.controller.yield_board(changes)
+        self._schedule_retry(report)
+        return report
+
     def reapply(self) -> PowerMode | None:
         """`on_external_change = "reapply"`: write the pinned mode again."""
         return self.controller.reapply()

@@ -90,7 +90,7 @@ class RestoreReport:
         if self.set_aside is not None:
             notes.append(f"the corrupt saved baseline was moved to {self.set_aside}")
         if self.partial:
-            notes.append("not in the saved baseline: " + "; ".join(self.partial))
+            notes.append("not put back as saved: " + "; ".join(self.partial))
         tail = "".join(f"; {n}" for n in notes)
         if self.restored:
             return f"{what} restored ({self.written} writes){tail}"
@@ -344,6 +344,9 @@ class Baseline:
             raise DeviceError(
                 f"saved baseline {self.path} is corrupt: unknown version {data.get('version')}"
             )
+        bad = _malformed_entry(data)
+        if bad:
+            raise DeviceError(f"saved baseline {self.path} is corrupt: {bad}")
         return dict(data)
 
     def discard(self) -> None:
@@ -370,9 +373,12 @@ class Baseline:
         return target
 
     # -- restoring -----------------------------------------------------------------------
-    def restore(self, timeout_s: float = 1.0) -> RestoreReport:
+    def restore(self, timeout_s: float = 1.0, skip: frozenset[str] = frozenset()) -> RestoreReport:
         """Write the saved values back in a safe order, verify, then forget the baseline. A
-        corrupt saved file is moved aside and the board returned to the known-good state."""
+        corrupt saved file is moved aside and the board returned to the known-good state.
+
+        `skip`: files (as on a real board) another tool has taken over; their values, and
+        the other half of their [min, max] window or EMC pair, are left as they are."""
         set_aside: Path | None = None
         corrupt = ""
         try:
@@ -399,6 +405,8 @@ class Baseline:
                 self._known_good_pending = False
         else:
             report = RestoreReport(self.path, found=True)
+            if skip:
+                data = _without(data, skip, report)
             known_good = KnownGood(self.dev)
             try:
                 _Restorer(self.dev, data, report, known_good).run(timeout_s)
@@ -426,6 +434,58 @@ class Baseline:
         report.source = known_good.source
         _Restorer(self.dev, known_good.state(knobs), report, known_good).run(timeout_s)
         return report
+
+
+def _without(data: dict[str, Any], skip: frozenset[str], report: RestoreReport) -> dict[str, Any]:
+    out = dict(data)
+    out["online"] = [i for i in data["online"] if i["path"] not in skip]
+    out["flags"] = [i for i in data["flags"] if i["path"] not in skip]
+    out["limits"] = [lim for lim in data["limits"] if not {lim["min_path"], lim["max_path"]} & skip]
+    emc = data.get("emc")
+    if emc and {emc["lock_path"], emc["rate_path"]} & skip:
+        out["emc"] = None
+    report.partial.append("left to the tool that changed them: " + ", ".join(sorted(skip)))
+    return out
+
+
+def _malformed_entry(data: dict[str, Any]) -> str:
+    """What is wrong with a parsed baseline's entries ("" if nothing): a file that parses
+    but would fail half-way through a restore is as corrupt as a torn one."""
+
+    def opt(v: object, kind: type) -> bool:
+        return v is None or (isinstance(v, kind) and not isinstance(v, bool))
+
+    for section in ("online", "flags"):
+        items = data[section]
+        if not isinstance(items, list):
+            return f"{section} is not a list"
+        for item in items:
+            if not (
+                isinstance(item, dict)
+                and isinstance(item.get("path"), str)
+                and opt(item.get("value"), str)
+            ):
+                return f"bad {section} entry {item!r}"
+    if not isinstance(data["limits"], list):
+        return "limits is not a list"
+    for lim in data["limits"]:
+        if not (
+            isinstance(lim, dict)
+            and all(isinstance(lim.get(k), str) for k in ("label", "min_path", "max_path"))
+            and opt(lim.get("min"), int)
+            and opt(lim.get("max"), int)
+        ):
+            return f"bad limits entry {lim!r}"
+    emc = data.get("emc")
+    if emc is not None and not (
+        isinstance(emc, dict)
+        and isinstance(emc.get("lock_path"), str)
+        and isinstance(emc.get("rate_path"), str)
+        and opt(emc.get("locked"), int)
+        and opt(emc.get("rate"), int)
+    ):
+        return f"bad emc entry {emc!r}"
+    return ""
 
 
 def unreadable_labels(data: dict[str, Any]) -> list[str]:

@@ -406,6 +406,16 @@ class Controller:
                 out.append(ExternalChange(dev.rel(path), str(want), str(got)))
         return out
 
+    def yield_board(self, changes: Sequence[ExternalChange]) -> RestoreReport:
+        """`on_external_change = "yield"`: the files another tool changed are its now; every
+        other pinned value goes back to the baseline, and nothing stays pinned. The next
+        switch saves a fresh baseline (with the other tool's values in it)."""
+        with self._lock:
+            skip = frozenset(c.file for c in changes)
+            report = self.baseline.restore(skip=skip)
+            self._last_verified = None
+            return report
+
     def reapply(self) -> PowerMode | None:
         """Write the verified mode again (after an external change); None if none is pinned."""
         with self._lock:

@@ -155,7 +155,19 @@ def _tear(path: Path, text: str) -> None:
     path.write_text(text)
 
 
-@pytest.mark.parametrize("text", ["", "{not json", "[]", '{"version": 1}', '{"version": 1, "on'])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "{not json",
+        "[]",
+        '{"version": 1}',
+        '{"version": 1, "on',
+        # parses, but would fail half-way through a restore
+        '{"version": 1, "online": [{"pa": 1}], "limits": [], "flags": []}',
+        '{"version": 1, "online": [], "limits": [{"label": "x"}], "flags": []}',
+    ],
+)
 def test_torn_baseline_is_set_aside_and_the_board_gets_the_hardware_limits(
     emulated_agx: Emulator, tmp_path: Path, text: str
 ) -> None:
@@ -322,7 +334,7 @@ def test_offline_cluster_at_save_time_gives_a_partial_baseline(
     report = ctl.restore_baseline()
     assert report.ok, report.problems
     assert len(report.partial) == 1 and "policy8" in report.partial[0]
-    assert "unreadable at save time" in str(report) and "not in the saved baseline" in str(report)
+    assert "unreadable at save time" in str(report) and "not put back as saved" in str(report)
     assert (cpu / "online").read_text().strip() == "0-7"
     assert wait_for(lambda: (policy8 / "scaling_max_freq").is_dir())  # offline again
     emu.set_offline_reads_fail(False)
