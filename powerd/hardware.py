@@ -8,6 +8,7 @@ import time
 from collections.abc import Sequence
 
 from powerd.config import Config
+from powerd.device import nvpmodel
 from powerd.device.baseline import RestoreReport
 from powerd.device.controller import Controller, ExternalChange
 from powerd.device.detect import BoardInfo, detect_board
@@ -15,6 +16,7 @@ from powerd.device.errors import DeviceError
 from powerd.device.lock import BoardLock
 from powerd.device.modespace import ModeSpace, discover_mode_space
 from powerd.device.power import PowerReader, PowerSampler
+from powerd.device.sysfs import DeviceRoot
 from powerd.modes import PowerMode
 
 log = logging.getLogger("powerd.hardware")
@@ -47,6 +49,9 @@ class Hardware:
         self.sampler = sampler
         self._retry_delay_s = self.RETRY_FIRST_S
         self._next_retry = 0.0
+        # read once (it may run `nvpmodel -q`): status must not wait on a subprocess
+        active = nvpmodel.active_mode(DeviceRoot(board.root))
+        self.nvpmodel: dict[str, object] | None = active.as_dict() if active else None
 
     @classmethod
     def open(cls, cfg: Config) -> Hardware:
@@ -127,6 +132,17 @@ class Hardware:
         `powerctl status`); None when no restore is owed or the last one worked."""
         baseline = self.controller.baseline
         return baseline.problem if baseline.pending else None
+
+    def baseline_status(self) -> dict[str, object]:
+        """For `powerctl status --json` ("baseline" key): whether a restore is owed, why
+        the last one failed, what a partial baseline lacks, the admin's nvpmodel mode."""
+        b = self.controller.baseline
+        return {
+            "pending": b.pending,
+            "restore_problem": self.restore_problem,
+            "partial": list(b.saved_unreadable),
+            "nvpmodel": b.saved_nvpmodel or self.nvpmodel,
+        }
 
     def retry_restore(self, now: float | None = None) -> RestoreReport | None:
         """Call on the control path's idle ticks (no job holds the board): retries a failed

@@ -243,6 +243,10 @@ class Baseline:
         self._known_good_pending = False  # the saved file was corrupt: KnownGood is the target
         self._validated = False  # the file on disk was saved or loaded by this process
         self.problem: str | None = None  # why the last restore failed (None: it did not)
+        # of the baseline saved by this process: the nvpmodel mode then in force, and what
+        # could not be read (a partial baseline)
+        self.saved_nvpmodel: dict[str, Any] | None = None
+        self.saved_unreadable: list[str] = []
 
     # -- saving --------------------------------------------------------------------------
     @property
@@ -311,6 +315,7 @@ class Baseline:
             atomic_write_text(self.path, json.dumps(data, indent=1, sort_keys=True))
             self._validated = True
         unreadable = unreadable_labels(data)
+        self.saved_nvpmodel, self.saved_unreadable = data["nvpmodel"], unreadable
         where = self.path or "memory"
         mode = f", {active.describe()} in force" if active is not None else ", no nvpmodel"
         if unreadable:
@@ -351,6 +356,7 @@ class Baseline:
 
     def discard(self) -> None:
         self._validated = False
+        self.saved_nvpmodel, self.saved_unreadable = None, []
         if self.path is None:
             self._memory = None
         else:

@@ -271,6 +271,8 @@ def test_a_failed_restore_names_the_file_stays_pending_and_is_retried(
         gpu_max.mkdir()  # a write to it now fails (EISDIR), like a kernel refusing it
         report = hw.restore()
         assert report is not None and not report.ok
+        status = hw.baseline_status()
+        assert status["pending"] and str(gpu_max) in str(status["restore_problem"])
         assert any(str(gpu_max) in p and "Is a directory" in p for p in report.problems)
         assert hw.restore_problem is not None and str(gpu_max) in hw.restore_problem
         assert (state / BASELINE_FILE).exists()  # kept for the retry
@@ -281,6 +283,12 @@ def test_a_failed_restore_names_the_file_stays_pending_and_is_retried(
         assert retried is not None and retried.ok, retried and retried.problems
         assert hw.restore_problem is None and hw.retry_restore() is None
         assert knob_state(hw.controller) == boot
+        assert hw.baseline_status() == {
+            "pending": False,
+            "restore_problem": None,
+            "partial": [],
+            "nvpmodel": {"id": 0, "name": "MAXN", "source": "/var/lib/nvpmodel/status"},
+        }
     finally:
         hw.close()
 
@@ -329,6 +337,7 @@ def test_offline_cluster_at_save_time_gives_a_partial_baseline(
     saved = json.loads((state / BASELINE_FILE).read_text())
     lim8 = next(lim for lim in saved["limits"] if lim["label"].endswith("policy8"))
     assert lim8["min"] is None and lim8["max"] is None
+    assert ctl.baseline.saved_unreadable == [lim8["label"]]  # for `powerctl status`
     assert (policy8 / "scaling_max_freq").read_text().strip() == "2201600"
 
     report = ctl.restore_baseline()
