@@ -6,6 +6,12 @@ crash it still holds the admin's state, while the hardware holds the dead daemon
 `restore_baseline(root, state_dir)` needs nothing else (no daemon, no board detection), so
 `powerd restore` works even when the daemon cannot start. The file is deleted only once
 every saved value reads back.
+
+A saved file that cannot be trusted (torn by a power cut, full disk, hand-edited) is moved
+aside to `baseline.json.corrupt-<time>` and the board is returned to a known-good state
+instead: the nvpmodel mode in force, else the hardware's own limits (KnownGood). Values a
+save could not read (an offline cluster answers EBUSY) make a partial baseline: the restore
+sets them from the known-good state and says so.
 """
 
 from __future__ import annotations
@@ -337,6 +343,8 @@ class Baseline:
             text = self.path.read_text()
         except FileNotFoundError:
             return None
+        except PermissionError:
+            raise  # not corrupt: the caller lacks the rights (not root)
         except (OSError, UnicodeDecodeError) as exc:
             raise DeviceError(f"saved baseline {self.path} is unreadable: {exc}") from None
         try:
@@ -389,6 +397,11 @@ class Baseline:
         corrupt = ""
         try:
             data = self.load()
+        except PermissionError as exc:
+            report = RestoreReport(self.path, found=True)
+            report.problems.append(f"cannot read the saved baseline: {exc} (run as root)")
+            self.problem = str(report)
+            return report
         except DeviceError as exc:
             corrupt = str(exc)
             set_aside = self._set_aside()
