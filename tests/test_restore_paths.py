@@ -116,9 +116,10 @@ def test_a_restore_that_cannot_write_names_the_file_and_exits_non_zero(board, to
 def test_powerd_restore_never_writes_behind_a_busy_daemon(board):
     proc = _pin_the_board(board)
     try:
-        pinned = knob_snapshot(board.root)
         board.daemon.send_signal(signal.SIGSTOP)  # alive, holds the board, cannot answer
         try:
+            time.sleep(0.5)  # the emulator judges the daemon's last writes asynchronously
+            pinned = knob_snapshot(board.root)
             board.emulator.clear_logs()
             res = _run("daemon", "restore", "--config", str(board.config_path), "--wait", "2")
             assert res.returncode == 1, res.stdout + res.stderr
