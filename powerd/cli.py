@@ -178,7 +178,11 @@ def _restore_through_daemon(endpoint: str, holder: str, lock: Any, wait_s: float
             print(f"powerd: the daemon could not restore the baseline: {exc}", file=sys.stderr)
             return 1
         break
-    if lock.acquire():  # it went away meanwhile: nobody else writes now
+    try:
+        gone = lock.acquire()
+    except OSError:
+        gone = False
+    if gone:  # it went away meanwhile: nobody else writes now
         lock.release()
         print(
             f"powerd: {holder} stopped while we waited; run `powerd restore` again",
