@@ -50,6 +50,13 @@ def daemon_main(argv: list[str] | None = None) -> int:
     c.add_argument("file")
     r = sub.add_parser("restore", help="put the baseline hardware state back (no daemon needed)")
     r.add_argument("--config")
+    r.add_argument(
+        "--wait",
+        type=float,
+        default=None,
+        metavar="S",
+        help="how long to wait for a running daemon to answer (default 30 s)",
+    )
     args = ap.parse_args(argv)
 
     if args.cmd == "check-config":
@@ -64,7 +71,7 @@ def daemon_main(argv: list[str] | None = None) -> int:
 
     if args.cmd == "restore":
         _setup_logging()
-        return _restore_offline(args.config)
+        return _restore_offline(args.config, args.wait)
 
     _setup_logging(args.verbose)
     return _serve(args.config)
@@ -92,23 +99,104 @@ def _serve(config_path: str | None) -> int:
     return 0
 
 
-def _restore_offline(config_path: str | None) -> int:
-    """Ask a running daemon first (it also releases its jobs); else restore from the files."""
-    from powerd.client import admin_endpoint, call_once
-    from powerd.errors import PowerdError
+# How long `powerd restore` waits for a daemon that holds the board (it may be in the middle
+# of a mode switch with its read-back waits, or a fit) before it gives up.
+RESTORE_WAIT_S = 30.0
+
+
+def _listening(endpoint: str) -> bool:
+    """Whether something accepts connections at a ZeroMQ endpoint: a stale ipc socket file
+    refuses, a live daemon accepts even when it is too busy to answer."""
+    import socket
+
+    try:
+        if endpoint.startswith("ipc://"):
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+                s.settimeout(1.0)
+                s.connect(endpoint[len("ipc://") :])
+            return True
+        host, _, port = endpoint[len("tcp://") :].rpartition(":")
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=1.0):
+            return True
+    except PermissionError:
+        return True  # someone owns it; only they can say whether it is alive
+    except (OSError, ValueError):
+        return False
+
+
+def _restore_offline(config_path: str | None, wait_s: float | None = None) -> int:
+    """`powerd restore`: the one writer of the board is whoever holds the board lock. A
+    running daemon is asked (and waited for); only without one does this process write."""
+    from powerd.client import admin_endpoint
+    from powerd.device.baseline import restore_baseline
+    from powerd.device.lock import BoardLock
 
     cfg = _load(config_path)
+    endpoint = admin_endpoint(_endpoint_for(cfg))
+    lock = BoardLock(cfg.state.dir)
     try:
-        reply = call_once(admin_endpoint(_endpoint_for(cfg)), p.Restore(), timeout_s=1.0)
-        print(f"powerd: {getattr(reply, 'message', 'restored')}")
-        return 0
-    except PowerdError:
-        pass
-    from powerd.device.baseline import restore_baseline
+        free = lock.acquire()
+    except OSError as exc:
+        print(f"powerd: cannot take the board lock {lock.path}: {exc}", file=sys.stderr)
+        return 1
+    if free and not _listening(endpoint):
+        try:
+            report = restore_baseline(cfg.device.root, cfg.state.dir)
+        finally:
+            lock.release()
+        print(f"powerd: {report}")
+        return 0 if report.ok else 1
+    if free:
+        lock.release()  # a daemon listens without the lock (another version?): ask it
+        holder = "a powerd daemon"
+    else:
+        holder = f"powerd (pid {lock.holder() or '?'})"
+    return _restore_through_daemon(endpoint, holder, lock, wait_s or RESTORE_WAIT_S)
 
-    report = restore_baseline(cfg.device.root, cfg.state.dir)
-    print(f"powerd: {report}")
-    return 0 if report.ok else 1
+
+def _restore_through_daemon(endpoint: str, holder: str, lock: Any, wait_s: float) -> int:
+    import time
+
+    from powerd.client import call_once
+    from powerd.errors import DaemonUnavailable, PowerdError
+
+    deadline = time.monotonic() + wait_s
+    print(f"powerd: the board is held by {holder}: asking it to restore", file=sys.stderr)
+    while True:
+        left = deadline - time.monotonic()
+        try:
+            reply = call_once(endpoint, p.Restore(), timeout_s=max(0.5, left))
+            print(f"powerd: {getattr(reply, 'message', 'restored')}")
+            return 0
+        except DaemonUnavailable as exc:
+            # Starting up (restoring a crash's baseline, socket not bound yet) or stuck.
+            if time.monotonic() < deadline and "no socket" in str(exc):
+                time.sleep(0.2)
+                continue
+            why = str(exc)
+        except PowerdError as exc:
+            print(f"powerd: the daemon could not restore the baseline: {exc}", file=sys.stderr)
+            return 1
+        break
+    try:
+        gone = lock.acquire()
+    except OSError:
+        gone = False
+    if gone:  # it went away meanwhile: nobody else writes now
+        lock.release()
+        print(
+            f"powerd: {holder} stopped while we waited; run `powerd restore` again",
+            file=sys.stderr,
+        )
+        return 1
+    print(
+        f"powerd: {holder} did not answer a restore request within {wait_s:g} s "
+        f"({why}); NOT writing sysfs behind its back. Stop it with `systemctl stop powerd` "
+        "(it restores the board as it stops; ExecStopPost runs `powerd restore` if it "
+        "cannot), then run `powerd restore` again if needed.",
+        file=sys.stderr,
+    )
+    return 1
 
 
 # ---- powerctl ----------------------------------------------------------------------------
@@ -129,7 +217,7 @@ def _ctl_endpoint(args: argparse.Namespace) -> str:
 
 def ctl_main(argv: list[str] | None = None) -> int:
     from powerd.client import admin_endpoint, call_once
-    from powerd.errors import PowerdError
+    from powerd.errors import DaemonUnavailable, PowerdError
 
     ap = argparse.ArgumentParser(prog="powerctl", description="talk to the powerd daemon")
     ap.add_argument("--config", help="read the endpoint from this config file")
@@ -180,13 +268,10 @@ def ctl_main(argv: list[str] | None = None) -> int:
             try:
                 reply = call_once(admin_endpoint(endpoint), p.Restore(), timeout_s=5)
                 print(getattr(reply, "message", "restored"))
-            except PowerdError as exc:
-                if "not reachable" not in str(exc):
-                    raise
-                print(
-                    "powerctl: no daemon answered; restoring from the saved baseline",
-                    file=sys.stderr,
-                )
+            except DaemonUnavailable:
+                # No answer: `powerd restore` writes only if no daemon holds the board,
+                # else asks it again and waits longer.
+                print("powerctl: no daemon answered within 5 s", file=sys.stderr)
                 return _restore_offline(args.config)
     except PowerdError as exc:
         print(f"powerctl: {exc}", file=sys.stderr)

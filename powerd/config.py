@@ -51,6 +51,9 @@ class DeviceConfig(_Section):
     # how long read-back may lag a write before a switch counts as failed (cur files and
     # BPMP follow writes after a short delay)
     verify_timeout_ms: int = Field(500, ge=10, le=10_000)
+    # another tool (nvpmodel, jetson_clocks, jtop) rewrote a pinned value: write the mode
+    # again, or give the board up to it until the next request
+    on_external_change: Literal["reapply", "yield"] = "reapply"
 
     @model_validator(mode="after")
     def _positive(self) -> DeviceConfig:

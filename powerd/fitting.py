@@ -5,7 +5,9 @@ never runs in the daemon's process (fine-tuning, if chosen, runs in a worker pro
 from __future__ import annotations
 
 import logging
+import os
 import threading
+import time
 from pathlib import Path
 
 from powerd.config import Config
@@ -78,9 +80,34 @@ class Fitting:
 
         try:
             return FittedPredictor.load(d)
-        except ValueError as exc:
-            log.error("ignoring a corrupt fitted model (%s); it will be fitted again", exc)
+        except Exception as exc:  # noqa: BLE001 - garbage ONNX, missing keys, bad arrays...
+            # Any failure to load is a corrupt model: left in place, every later register
+            # of this workload would fail the same way.
+            moved = self._set_aside(d)
+            log.error(
+                "corrupt fitted model of %s (%s: %s); %s; the workload will be profiled and "
+                "fitted again",
+                workload,
+                type(exc).__name__,
+                str(exc).splitlines()[0] if str(exc) else "",
+                f"moved to {moved}" if moved else "could not be moved aside",
+            )
             return None
+
+    @staticmethod
+    def _set_aside(d: Path) -> Path | None:
+        stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
+        target = d.with_name(f"{d.name}.corrupt-{stamp}")
+        n = 1
+        while target.exists():
+            n += 1
+            target = d.with_name(f"{d.name}.corrupt-{stamp}-{n}")
+        try:
+            os.replace(d, target)
+        except OSError as exc:
+            log.error("cannot move %s aside: %s", d, exc)
+            return None
+        return target
 
 
 def _pct(x: float | None) -> str:

@@ -4,14 +4,19 @@ opened together from the config's `[device] root` (one root path, no global fake
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Sequence
 
 from powerd.config import Config
-from powerd.device.controller import Controller
+from powerd.device import nvpmodel
+from powerd.device.baseline import RestoreReport
+from powerd.device.controller import Controller, ExternalChange
 from powerd.device.detect import BoardInfo, detect_board
 from powerd.device.errors import DeviceError
+from powerd.device.lock import BoardLock
 from powerd.device.modespace import ModeSpace, discover_mode_space
 from powerd.device.power import PowerReader, PowerSampler
+from powerd.device.sysfs import DeviceRoot
 from powerd.modes import PowerMode
 
 log = logging.getLogger("powerd.hardware")
@@ -22,16 +27,52 @@ class HardwareError(Exception):
 
 
 class Hardware:
+    # A failed restore is retried on idle ticks, backing off from 2 s to 60 s between tries.
+    RETRY_FIRST_S = 2.0
+    RETRY_MAX_S = 60.0
+
+    # a `powerd restore` in progress holds the board lock for a second or two
+    LOCK_WAIT_S = 5.0
+
     def __init__(
-        self, board: BoardInfo, space: ModeSpace, controller: Controller, sampler: PowerSampler
+        self,
+        board: BoardInfo,
+        space: ModeSpace,
+        controller: Controller,
+        sampler: PowerSampler,
+        lock: BoardLock | None = None,
     ):
+        self.lock = lock
         self.board = board
         self.space = space
         self.controller = controller
         self.sampler = sampler
+        self._retry_delay_s = self.RETRY_FIRST_S
+        self._next_retry = 0.0
+        # read once (it may run `nvpmodel -q`): status must not wait on a subprocess
+        active = nvpmodel.active_mode(DeviceRoot(board.root))
+        self.nvpmodel: dict[str, object] | None = active.as_dict() if active else None
 
     @classmethod
     def open(cls, cfg: Config) -> Hardware:
+        lock = BoardLock(cfg.state.dir)
+        try:
+            got = lock.acquire(cls.LOCK_WAIT_S)
+        except OSError as exc:
+            raise HardwareError(f"cannot take the board lock {lock.path}: {exc}") from None
+        if not got:
+            raise HardwareError(
+                f"another process (pid {lock.holder() or '?'}) holds the board lock "
+                f"{lock.path}: a second powerd, or a `powerd restore` that did not finish"
+            )
+        try:
+            return cls._open_locked(cfg, lock)
+        except BaseException:
+            lock.release()
+            raise
+
+    @classmethod
+    def _open_locked(cls, cfg: Config, lock: BoardLock) -> Hardware:
         root = cfg.device.root
         try:
             board = detect_board(root)
@@ -41,9 +82,7 @@ class Hardware:
             if controller.baseline.pending:
                 # the previous daemon died holding the board: give it back before anything else
                 log.warning("found a saved baseline from a previous run: restoring it")
-                report = controller.restore_baseline()
-                if not report.ok:
-                    log.error("baseline restore incomplete: %s", report)
+                controller.restore_baseline()  # logs what it did, or what is left pending
             space = discover_mode_space(board, cfg.device.core_counts, cfg.device.emc_rates_hz)
             reader = PowerReader(root)
         except DeviceError as exc:
@@ -59,7 +98,7 @@ class Hardware:
             len(space.gpu_hz),
             len(space.emc_hz),
         )
-        return cls(board, space, controller, sampler)
+        return cls(board, space, controller, sampler, lock)
 
     @property
     def current_mode(self) -> PowerMode | None:
@@ -70,14 +109,69 @@ class Hardware:
         if mode != self.controller.last_verified:
             self.controller.apply(mode)
 
-    def restore(self) -> None:
+    def restore(self) -> RestoreReport | None:
+        """Give the board back (None: nothing was pending). A failure is logged, kept in
+        `restore_problem`, and retried by `retry_restore` on idle ticks."""
         if not self.controller.baseline.pending:
-            return
+            return None
         report = self.controller.restore_baseline()
+        self._schedule_retry(report)
+        return report
+
+    def _schedule_retry(self, report: RestoreReport) -> None:
         if report.ok:
-            log.info("baseline restored")
+            self._retry_delay_s = self.RETRY_FIRST_S
+            self._next_retry = 0.0
         else:
-            log.error("baseline restore incomplete: %s", report)
+            self._next_retry = time.monotonic() + self._retry_delay_s
+            self._retry_delay_s = min(self.RETRY_MAX_S, self._retry_delay_s * 2)
+
+    @property
+    def restore_problem(self) -> str | None:
+        """Why the board is not back at its baseline although it should be (for
+        `powerctl status`); None when no restore is owed or the last one worked."""
+        baseline = self.controller.baseline
+        return baseline.problem if baseline.pending else None
+
+    def baseline_status(self) -> dict[str, object]:
+        """For `powerctl status --json` ("baseline" key): whether a restore is owed, why
+        the last one failed, what a partial baseline lacks, the admin's nvpmodel mode."""
+        b = self.controller.baseline
+        return {
+            "pending": b.pending,
+            "restore_problem": self.restore_problem,
+            "partial": list(b.saved_unreadable),
+            "nvpmodel": b.saved_nvpmodel or self.nvpmodel,
+        }
+
+    def retry_restore(self, now: float | None = None) -> RestoreReport | None:
+        """Call on the control path's idle ticks (no job holds the board): retries a failed
+        restore, with back-off. None when nothing is owed or it is not time yet."""
+        if self.restore_problem is None:
+            return None
+        if (time.monotonic() if now is None else now) < self._next_retry:
+            return None
+        log.info("retrying the restore that failed: %s", self.restore_problem)
+        return self.restore()
+
+    def external_changes(self) -> list[ExternalChange]:
+        """Pinned knob files something else rewrote (see Controller.external_changes);
+        each one is logged. Cheap: one read per pinned file, no waiting."""
+        changes = self.controller.external_changes()
+        for change in changes:
+            log.warning("external change to a pinned value: %s", change)
+        return changes
+
+    def yield_board(self, changes: Sequence[ExternalChange]) -> RestoreReport:
+        """`on_external_change = "yield"`: leave the changed files to the other tool, put
+        every other pinned value back, pin nothing until the next apply."""
+        report = self.controller.yield_board(changes)
+        self._schedule_retry(report)
+        return report
+
+    def reapply(self) -> PowerMode | None:
+        """`on_external_change = "reapply"`: write the pinned mode again."""
+        return self.controller.reapply()
 
     def power_between(self, t0: float, t1: float) -> Sequence[tuple[float, float]]:
         return self.sampler.samples_between(t0, t1)
@@ -88,3 +182,5 @@ class Hardware:
 
     def close(self) -> None:
         self.sampler.stop()
+        if self.lock is not None:
+            self.lock.release()

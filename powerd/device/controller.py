@@ -38,6 +38,19 @@ class _Window:
     available: tuple[int, ...]
 
 
+@dataclass(frozen=True)
+class ExternalChange:
+    """A pinned knob file that no longer holds what powerd wrote (nvpmodel, jetson_clocks,
+    jtop or an admin rewrote it). `file` is the path as on a real board."""
+
+    file: str
+    expected: str
+    found: str
+
+    def __str__(self) -> str:
+        return f"{self.file}: powerd pinned {self.expected}, now {self.found}"
+
+
 def _nearest(value: int, table: Sequence[int]) -> int:
     return min(table, key=lambda f: abs(f - value)) if table else value
 
@@ -64,7 +77,7 @@ class Controller:
         # may lag: a match is trusted only if it still holds `confirm_s` later.
         self.confirm_s = confirm_s
         self.poll_s = poll_s
-        self.baseline = Baseline(board.root, state_dir)
+        self.baseline = Baseline(board.root, state_dir, knobs=self.knobs)
         self._lock = threading.RLock()
         self._last_verified: PowerMode | None = None
         self._cpu_windows = {c.policy_dir: self._cpu_window(c) for c in board.clusters}
@@ -163,6 +176,13 @@ class Controller:
         a known state and SwitchError (naming the files, and that state) is raised."""
         self.validate(mode)
         with self._lock:
+            if self.baseline.needs_restore_before_save():
+                # A corrupt saved baseline: the board holds some dead daemon's mode. Saving
+                # that as the "baseline" would pin it for good, so go to the known-good
+                # state first, and write nothing until that worked.
+                report = self.baseline.restore()
+                if not report.ok:
+                    raise DeviceError(f"board not in a known state, no switch made: {report}")
             if not self.baseline.pending:
                 try:
                     self.baseline.save(self.knobs(), self.board.key)
@@ -232,13 +252,34 @@ class Controller:
         for which, value in self.freq_writes(cur_min, cur_max, freq, freq):
             sysfs.write_value(window.min_path if which == "min" else window.max_path, value)
 
+    def _wait_clusters_readable(self, cpus: set[int]) -> None:
+        """A cluster whose cores just came online answers reads again at once on a kernel;
+        give slower trees up to the verify timeout before the window is read."""
+        deadline = time.monotonic() + self.verify_timeout_s
+        for cluster in self.board.clusters:
+            if not cpus & set(cluster.cpus):
+                continue
+            window = self._cpu_windows[cluster.policy_dir]
+            while True:
+                try:
+                    sysfs.read_text(window.min_path)
+                    break
+                except SysfsReadError:
+                    if time.monotonic() >= deadline:
+                        break  # _set_window reports it
+                    time.sleep(self.poll_s)
+
     def _write_mode(self, mode: PowerMode) -> None:
         wanted = self._target_cpus(mode)
         # 1. Cores online first: an offline core's cluster cannot take a frequency.
+        onlined = False
         for cpu in wanted:
             path = self._online_file(cpu)
             if path is not None and sysfs.read_text(path) != "1":
                 sysfs.write_value(path, 1)
+                onlined = True
+        if onlined:
+            self._wait_clusters_readable(set(wanted))
         # 2. Every cluster with an online core, including ones about to go offline, so that a
         # cluster brought back later does not come up at some stale frequency of its own.
         online = {cpu for cpu in self.board.cpus if self._is_online(cpu)}
@@ -318,6 +359,68 @@ class Controller:
             if time.monotonic() >= deadline:
                 return bad
             time.sleep(self.poll_s)
+
+    # -- external changes ------------------------------------------------------------------
+    def pinned_values(self) -> list[tuple[Path, int, tuple[int, ...]]]:
+        """(file, value, table) for every knob the verified mode pins; a found value is
+        compared after snapping it to `table` when one is given (BPMP rounds EMC rates)."""
+        mode = self._last_verified
+        if mode is None:
+            return []
+        wanted = set(self._target_cpus(mode))
+        out: list[tuple[Path, int, tuple[int, ...]]] = []
+        for cpu in self.board.cpus:
+            path = self._online_file(cpu)
+            if path is not None:
+                out.append((path, int(cpu in wanted), ()))
+        for cluster in self.board.clusters:
+            if wanted & set(cluster.cpus):
+                w = self._cpu_windows[cluster.policy_dir]
+                out += [(w.min_path, mode.cpu_khz, ()), (w.max_path, mode.cpu_khz, ())]
+        out += [(self._gpu.min_path, mode.gpu_hz, ()), (self._gpu.max_path, mode.gpu_hz, ())]
+        if self._railgate.exists():
+            out.append((self._railgate, 0, ()))
+        if self.board.emc_dir is not None:
+            out.append((self.board.emc_dir / "mrq_rate_locked", 1, ()))
+            out.append((self.board.emc_dir / "rate", mode.emc_hz, self._emc_rates))
+        return out
+
+    def external_changes(self) -> list[ExternalChange]:
+        """Pinned files that something else rewrote since the last verified switch. One read
+        per file, no waiting: cheap enough for every control tick. Empty while the board is
+        at its baseline (nothing pinned). Takes no lock: a switch in progress is the only
+        writer, and the caller (the control path) does not call both at once."""
+        dev = sysfs.DeviceRoot(self.board.root)
+        out: list[ExternalChange] = []
+        for path, want, table in self.pinned_values():
+            try:
+                text = sysfs.read_text(path)
+                got = int(text)
+            except SysfsReadError as exc:
+                out.append(ExternalChange(dev.rel(path), str(want), f"unreadable ({exc.reason})"))
+                continue
+            except ValueError:
+                out.append(ExternalChange(dev.rel(path), str(want), repr(text)))
+                continue
+            if (_nearest(got, table) if table else got) != want:
+                out.append(ExternalChange(dev.rel(path), str(want), str(got)))
+        return out
+
+    def yield_board(self, changes: Sequence[ExternalChange]) -> RestoreReport:
+        """`on_external_change = "yield"`: the files another tool changed are its now; every
+        other pinned value goes back to the baseline, and nothing stays pinned. The next
+        switch saves a fresh baseline (with the other tool's values in it)."""
+        with self._lock:
+            skip = frozenset(c.file for c in changes)
+            report = self.baseline.restore(skip=skip)
+            self._last_verified = None
+            return report
+
+    def reapply(self) -> PowerMode | None:
+        """Write the verified mode again (after an external change); None if none is pinned."""
+        with self._lock:
+            mode = self._last_verified
+            return None if mode is None else self.apply(mode)
 
     # -- reading -------------------------------------------------------------------------
     def current(self) -> PowerMode:

@@ -28,6 +28,18 @@ class SimRail:
 
 
 @dataclass(frozen=True)
+class SimNvpMode:
+    """One `< POWER_MODEL >` block of the emulated /etc/nvpmodel.conf. Frequencies are
+    targets (the tree snaps them to the trace's tables); -1 means no cap, like nvpmodel."""
+
+    id: int
+    name: str
+    cores: int
+    cpu_max_khz: int = -1
+    gpu_max_hz: int = -1
+
+
+@dataclass(frozen=True)
 class SimBoard:
     name: str
     model: str
@@ -43,6 +55,9 @@ class SimBoard:
     shunt_sum_devices: tuple[str, ...] = ()  # devices that expose in7 "sum of shunt voltages"
     governor: str = "schedutil"
     gpu_governor: str = "nvhost_podgov"
+    cpu_param_prefix: str = "CPU_A78"  # nvpmodel.conf PARAM names: CPU_A78_0, CPU_A78_1, ...
+    # the first mode is the one in force at boot (the tree's wide-open limits)
+    nvp_modes: tuple[SimNvpMode, ...] = ()
 
     @property
     def ncpu(self) -> int:
@@ -81,6 +96,12 @@ ORIN_AGX = SimBoard(
     ),
     nc_channels=(("1-0041", 2),),
     shunt_sum_devices=("1-0041",),
+    nvp_modes=(
+        SimNvpMode(0, "MAXN", 12),
+        SimNvpMode(1, "MODE_15W", 4, 1113600, 420750000),
+        SimNvpMode(2, "MODE_30W", 8, 1728000, 624750000),
+        SimNvpMode(3, "MODE_50W", 12, 1497600, 828750000),
+    ),
 )
 
 ORIN_NANO = SimBoard(
@@ -98,6 +119,10 @@ ORIN_NANO = SimBoard(
         SimRail("VDD_IN", "1-0040", 1, total=True),
         SimRail("VDD_CPU_GPU_CV", "1-0040", 2, base=0.25, gpu=0.20, cpu=0.15),
         SimRail("VDD_SOC", "1-0040", 3, base=0.15, emc=0.08),
+    ),
+    nvp_modes=(
+        SimNvpMode(0, "15W", 6),
+        SimNvpMode(1, "7W", 4, 960000, 408000000),
     ),
 )
 

@@ -10,6 +10,10 @@ a missing read-back shows up in tests:
 - an EMC rate written while `mrq_rate_locked` is 0 is ignored (DVFS keeps the rate);
 - `cur` files follow the accepted max after a short delay (10-30 ms x time_scale).
 
+Faults it can inject: `offline_reads_fail=True` makes an inactive cpufreq policy's files
+(all its cores offline) fail every open, like the EBUSY of a real kernel: each file is
+swapped for a directory (which root cannot read either) until a core comes back.
+
 Every few tens of ms the INA3221 files are rewritten so that the board total equals the
 trace power of the *effective* mode (what the cur/online files say), with an exponential
 settling transient after a switch and gaussian noise. Rejected writes are logged in
@@ -142,6 +146,17 @@ class _Window:
         return min(self.table, key=lambda f: abs(f - self.max))
 
 
+# What an inactive policy refuses to show (EBUSY on a kernel) when that fault is injected.
+_OFFLINE_UNREADABLE = (
+    "scaling_min_freq",
+    "scaling_max_freq",
+    "scaling_cur_freq",
+    "scaling_available_frequencies",
+    "cpuinfo_min_freq",
+    "cpuinfo_max_freq",
+)
+
+
 def _replace_file(path: Path, text: str) -> None:
     """Atomic replace, so a reader in another process never sees a half-written value."""
     tmp = path.with_name(f".{path.name}.emu")
@@ -176,6 +191,7 @@ class Emulator:
         thermal_interval_s: float = 1.0,
         cur_delay_s: tuple[float, float] = (0.010, 0.030),
         coalesce_s: float = 0.002,
+        offline_reads_fail: bool = False,
     ):
         if time_scale <= 0:
             raise ValueError("time_scale must be > 0")
@@ -191,6 +207,8 @@ class Emulator:
         self.cur_delay_s = (cur_delay_s[0] * time_scale, cur_delay_s[1] * time_scale)
         self.coalesce_s = coalesce_s
         self._online_dirty = False
+        self._offline_reads_fail = offline_reads_fail
+        self._hidden: set[int] = set()  # policies whose files are swapped out (offline)
         self._rng = random.Random(seed)
         self._dev = DeviceRoot(self.root)
         self._lock = threading.RLock()
@@ -304,6 +322,8 @@ class Emulator:
         self._stopping.clear()
         # Writes made between construction and now are judged before anything else.
         self._resync()
+        with self._lock:
+            self._update_hidden()
         # Readers started right after start() must already see this board's power.
         now = time.monotonic()
         with self._lock:
@@ -318,7 +338,33 @@ class Emulator:
         log.info("emulating %s under %s (trace %s)", self.board.name, self.root, self.trace.name)
         return self
 
+    def set_offline_reads_fail(self, enabled: bool) -> None:
+        """Inject (or stop injecting) unreadable cpufreq files on offline clusters."""
+        with self._lock:
+            self._offline_reads_fail = enabled
+            self._update_hidden()
+
+    def _update_hidden(self) -> None:
+        for first, pdir in self.layout.policies.items():
+            hide = self._offline_reads_fail and not self._policy_active(first)
+            if hide and first not in self._hidden:
+                for name in _OFFLINE_UNREADABLE:
+                    if (pdir / name).is_file():
+                        os.replace(pdir / name, pdir / f".{name}.offline")
+                        (pdir / name).mkdir()
+                self._hidden.add(first)
+            elif not hide and first in self._hidden:
+                for name in _OFFLINE_UNREADABLE:
+                    if (pdir / f".{name}.offline").exists():
+                        (pdir / name).rmdir()
+                        os.replace(pdir / f".{name}.offline", pdir / name)
+                self._hidden.discard(first)
+
     def stop(self) -> None:
+        with self._lock:  # leave a tree another emulator (or a plain reader) can use
+            saved, self._offline_reads_fail = self._offline_reads_fail, False
+            self._update_hidden()
+            self._offline_reads_fail = saved
         if self._thread is None:
             return
         self._stopping.set()
@@ -516,6 +562,7 @@ class Emulator:
             for first, pdir in self.layout.policies.items():
                 affected = [c for c in self._cluster(first) if c in self._online]
                 _replace_file(pdir / "affected_cpus", " ".join(map(str, affected)) + "\n")
+            self._update_hidden()
         self._update_effective()
 
     def _on_limit(self, window: _Window, which: str, path: Path, busy: str | None) -> None:

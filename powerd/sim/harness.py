@@ -47,6 +47,7 @@ class EmulatedBoard:
         seed: int = 0,
         daemon_log: str | Path | None = None,
         l4t: str = "35.4.1",
+        emulator_options: dict[str, Any] | None = None,
     ):
         self.board = board
         self.trace = trace
@@ -63,6 +64,7 @@ class EmulatedBoard:
         self.daemon_log = Path(daemon_log) if daemon_log else self.dir / "daemon.log"
         self.seed = seed
         self.l4t = l4t
+        self.emulator_options = dict(emulator_options or {})  # e.g. injected faults
         cfg: dict[str, Any] = {
             "server": {
                 "endpoint": self.endpoint,
@@ -96,6 +98,7 @@ class EmulatedBoard:
             seed=self.seed,
             # the INA3221 converts every few ms; unscaled, 50 ms would be 1-2 s of board time
             power_interval_s=max(0.004, 0.05 * self.time_scale),
+            **self.emulator_options,
         )
         self.emulator.start()
         self.config_path.write_text(dump_toml(self.config))

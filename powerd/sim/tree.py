@@ -92,6 +92,50 @@ def _hwmon_indices(board: SimBoard, seed: int, base: int | None) -> dict[str, in
     return dict(zip(names, indices, strict=True))
 
 
+def _nearest(value: int, table: list[int]) -> int:
+    return value if value < 0 else min(table, key=lambda f: abs(f - value))
+
+
+def _write_nvpmodel(root: Path, sb: SimBoard, cpu_khz: list[int], gpu_hz: list[int]) -> None:
+    """/etc/nvpmodel.conf in the vendor's layout (PARAM blocks naming the files, then one
+    POWER_MODEL block per mode) and /var/lib/nvpmodel/status naming the boot mode."""
+    if not sb.nvp_modes:
+        return
+    gpu_dir = "/" + sb.gpu_devfreq
+    lines = ["# emulated nvpmodel.conf", "< PARAM TYPE=FILE NAME=CPU_ONLINE >"]
+    lines += [f"CORE_{c} /{CPU_DIR}/cpu{c}/online" for c in range(1, sb.ncpu)]
+    for i, cluster in enumerate(sb.clusters):
+        pol = f"/{CPU_DIR}/cpu{cluster[0]}/cpufreq"
+        lines += [
+            f"< PARAM TYPE=FILE NAME={sb.cpu_param_prefix}_{i} >",
+            f"MIN_FREQ {pol}/scaling_min_freq",
+            f"MAX_FREQ {pol}/scaling_max_freq",
+        ]
+    lines += [
+        "< PARAM TYPE=FILE NAME=GPU >",
+        f"MIN_FREQ {gpu_dir}/min_freq",
+        f"MAX_FREQ {gpu_dir}/max_freq",
+        "< PARAM TYPE=FILE NAME=EMC >",
+        "MAX_FREQ /sys/kernel/nvpmodel_emc_cap/emc_iso_cap",
+    ]
+    for mode in sb.nvp_modes:
+        lines.append(f"< POWER_MODEL ID={mode.id} NAME={mode.name} >")
+        lines += [f"CPU_ONLINE CORE_{c} {int(c < mode.cores)}" for c in range(1, sb.ncpu)]
+        for i in range(len(sb.clusters)):
+            lines.append(f"{sb.cpu_param_prefix}_{i} MIN_FREQ {cpu_khz[0]}")
+            lines.append(
+                f"{sb.cpu_param_prefix}_{i} MAX_FREQ {_nearest(mode.cpu_max_khz, cpu_khz)}"
+            )
+        lines += [
+            "GPU MIN_FREQ 0",
+            f"GPU MAX_FREQ {_nearest(mode.gpu_max_hz, gpu_hz)}",
+            "EMC MAX_FREQ 0",
+        ]
+    lines.append(f"< PM_CONFIG DEFAULT={sb.nvp_modes[0].id} >")
+    _write(root / "etc/nvpmodel.conf", "\n".join(lines) + "\n")
+    _write(root / "var/lib/nvpmodel/status", f"pmode:{sb.nvp_modes[0].id:04d} fmode:quiet\n")
+
+
 def build_tree(
     root: Path | str,
     board: str | SimBoard,
@@ -193,6 +237,8 @@ def build_tree(
     _write(emc_dir / "mrq_rate_locked", "0\n")
     _write(root / EMC_RATES_FILE, " ".join(str(r // 1000) for r in emc_hz) + "\n")
     _write(root / "sys/kernel/nvpmodel_emc_cap/emc_iso_cap", "0\n")
+
+    _write_nvpmodel(root, sb, cpu_khz, gpu_hz)
 
     # INA3221 power monitors.
     indices = _hwmon_indices(sb, seed, hwmon_index)

@@ -239,3 +239,114 @@ def test_nano_switches(emulated_nano: Emulator) -> None:
     assert (root / "sys/devices/system/cpu/online").read_text().strip() == "0-3"
     ctl.apply(PowerMode(6, 1510400, 624750000, 2133000000))
     assert emulated_nano.rejected_writes == []
+
+
+# ---- another tool rewrites a pinned value (#8 item 8) -----------------------------------
+
+
+def test_external_changes_detects_a_rewrite_behind_powerds_back(emulated_agx: Emulator) -> None:
+    from powerd.device import sysfs
+    from powerd.device.controller import ExternalChange
+
+    ctl = Controller(detect_board(emulated_agx.root), verify_timeout_s=1.0)
+    assert ctl.external_changes() == []  # nothing pinned yet
+    mode = PowerMode(8, 1036800, 522750000, 2133000000)
+    ctl.apply(mode)
+    assert ctl.external_changes() == []
+    # jetson_clocks-style: max the GPU and let EMC go back to DVFS
+    gpu_max = ctl.board.gpu_dir / "max_freq"
+    top = gpu_max.parent.joinpath("available_frequencies").read_text().split()[-1]
+    sysfs.write_value(gpu_max, top)
+    sysfs.write_value(emulated_agx.root / "sys/kernel/debug/bpmp/debug/clk/emc/mrq_rate_locked", 0)
+    sysfs.write_value(emulated_agx.root / "sys/devices/system/cpu/cpu11/online", 1)
+    changes = ctl.external_changes()
+    dev_gpu = "/" + str(gpu_max.relative_to(emulated_agx.root))
+    assert ExternalChange(dev_gpu, "522750000", top) in changes
+    assert (
+        ExternalChange("/sys/kernel/debug/bpmp/debug/clk/emc/mrq_rate_locked", "1", "0") in changes
+    )
+    assert ExternalChange("/sys/devices/system/cpu/cpu11/online", "0", "1") in changes
+    assert len(changes) == 3, changes
+    assert ctl.reapply() == mode
+    assert ctl.external_changes() == []
+
+
+def test_external_changes_is_cheap(emulated_agx: Emulator) -> None:
+    """One read per pinned file and no waiting: counted, not timed."""
+    from unittest import mock
+
+    from powerd.device import controller as controller_mod
+
+    ctl = Controller(detect_board(emulated_agx.root), verify_timeout_s=1.0)
+    ctl.apply(PowerMode(4, 1036800, 522750000, 2133000000))
+    pinned = len(ctl.pinned_values())
+    reads = mock.Mock(wraps=controller_mod.sysfs.read_text)
+    with (
+        mock.patch.object(controller_mod.sysfs, "read_text", reads),
+        mock.patch("time.sleep", side_effect=AssertionError("external_changes must not wait")),
+    ):
+        assert ctl.external_changes() == []
+    assert reads.call_count == pinned
+
+
+def test_yield_leaves_the_changed_files_to_the_other_tool(emulated_agx: Emulator, tmp_path) -> None:
+    """`on_external_change = "yield"`: what the other tool changed stays as it set it, every
+    other pinned value goes back to the baseline, nothing stays pinned."""
+    from powerd.sim.harness import knob_snapshot
+
+    root = emulated_agx.root
+    ctl = Controller(detect_board(root), verify_timeout_s=1.0, state_dir=tmp_path / "state")
+    before = knob_snapshot(root)
+    ctl.apply(PowerMode(4, 1036800, 522750000, 2133000000))
+    gpu = ctl.board.gpu_dir
+    sysfs.write_value(gpu / "max_freq", 1300500000)  # jetson_clocks-style
+    assert _wait_read(gpu / "max_freq", "1300500000")
+    changes = ctl.external_changes()
+    assert [c.file for c in changes] == ["/" + str((gpu / "max_freq").relative_to(root))]
+    report = ctl.yield_board(changes)
+    assert report.ok, report.problems
+    assert "left to the tool that changed them" in str(report)
+    after = knob_snapshot(root)
+    gpu_keys = {k for k in after if "devfreq" in k}
+    assert {k: v for k, v in after.items() if k not in gpu_keys} == {
+        k: v for k, v in before.items() if k not in gpu_keys
+    }
+    assert (gpu / "min_freq").read_text().strip() == "522750000"  # the GPU pair is the tool's
+    assert ctl.last_verified is None and not ctl.baseline.pending
+    assert ctl.external_changes() == []
+
+
+def _wait_read(path: Path, want: str, timeout_s: float = 2.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while path.read_text().strip() != want:
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.005)
+    return True
+
+
+def test_hardware_logs_external_changes(emulated_agx: Emulator, tmp_path, caplog) -> None:
+    from powerd.config import parse_config
+    from powerd.hardware import Hardware
+
+    cfg = parse_config(
+        {"device": {"root": str(emulated_agx.root)}, "state": {"dir": str(tmp_path / "s")}}
+    )
+    hw = Hardware.open(cfg)
+    try:
+        assert hw.external_changes() == []
+        hw.apply(PowerMode(4, 1036800, 522750000, 2133000000))
+        online = emulated_agx.root / "sys/devices/system/cpu/cpu7/online"
+        sysfs.write_value(online, 1)
+        with caplog.at_level("WARNING"):
+            changes = hw.external_changes()
+        assert [(c.file, c.expected, c.found) for c in changes] == [
+            ("/sys/devices/system/cpu/cpu7/online", "0", "1")
+        ]
+        assert "external change to a pinned value: /sys/devices/system/cpu/cpu7/online" in (
+            caplog.text
+        )
+        assert hw.reapply() == hw.current_mode and hw.external_changes() == []
+    finally:
+        hw.restore()
+        hw.close()
