@@ -8,10 +8,12 @@ doubles as the heartbeat, and applies the daemon's replies to the job's visible 
 from __future__ import annotations
 
 import collections
+import grp
 import itertools
 import logging
 import os
 import queue
+import stat
 import threading
 import time
 from concurrent.futures import Future
@@ -58,15 +60,52 @@ def _unavailable(endpoint: str, why: str) -> DaemonUnavailable:
     )
 
 
+def _no_access(endpoint: str, why: str) -> DaemonUnavailable:
+    # still DaemonUnavailable: required=False then runs the job without power management
+    return DaemonUnavailable(
+        f"cannot talk to the powerd daemon at {endpoint}: {why}. Or pass required=False to "
+        "run without power management."
+    )
+
+
+def _group_name(gid: int) -> str:
+    try:
+        return grp.getgrgid(gid).gr_name
+    except KeyError:
+        return str(gid)
+
+
+def permission_hint(path: str) -> str:
+    """Why this user cannot open the daemon's socket, naming the group that can."""
+    try:
+        st = os.stat(path)
+    except OSError as exc:
+        return f"cannot stat {path}: {exc.strerror}"
+    mode = stat.S_IMODE(st.st_mode)
+    group = _group_name(st.st_gid)
+    if not mode & stat.S_IRWXG or group == "root":
+        return (
+            f"permission denied on {path} (mode {mode:04o}, group {group!r}): only root may "
+            "use it; the daemon's [server] socket_group is unset or names a group that does "
+            "not exist"
+        )
+    return (
+        f"permission denied on {path}: only root and members of group {group!r} may use it; "
+        f"join it with `sudo usermod -aG {group} $USER` and log in again"
+    )
+
+
 def _check_ipc_path(endpoint: str) -> None:
     if endpoint.startswith("ipc://"):
         path = endpoint[len("ipc://") :]
         if not os.path.exists(path):
+            # an unreadable directory hides the socket: that is a permission problem too
+            parent = os.path.dirname(path) or "."
+            if os.path.isdir(parent) and not os.access(parent, os.X_OK):
+                raise _no_access(endpoint, permission_hint(parent))
             raise _unavailable(endpoint, f"no socket at {path}")
         if not os.access(path, os.R_OK | os.W_OK):
-            raise _unavailable(
-                endpoint, f"permission denied on {path}: join the daemon's socket group"
-            )
+            raise _no_access(endpoint, permission_hint(path))
 
 
 def _raise_for_error(reply: p.Reply) -> p.Reply:

@@ -75,8 +75,13 @@ def test_powerctl_into_a_closed_pipe_exits_quietly(board: EmulatedBoard) -> None
     os.close(r)  # the reader (`head`) is already gone when powerctl writes
     try:
         proc = subprocess.run(
-            [sys.executable, "-c", "import sys; from powerd.cli import ctl_main; "
-             "sys.exit(ctl_main())", "status", "--json"],
+            [
+                sys.executable,
+                "-c",
+                "import sys; from powerd.cli import ctl_main; sys.exit(ctl_main())",
+                "status",
+                "--json",
+            ],
             stdout=w,
             stderr=subprocess.PIPE,
             text=True,
@@ -95,8 +100,14 @@ def test_powerctl_into_a_closed_pipe_exits_quietly(board: EmulatedBoard) -> None
 
 def _reply(times: list[float], powers: list[float], extra: dict | None = None) -> p.Predictions:
     rows = [
-        {"cores": 12, "cpu_khz": 2201600, "gpu_hz": 1300500000 - i, "emc_hz": 3199000000,
-         "time_ms": t, "power_w": w}
+        {
+            "cores": 12,
+            "cpu_khz": 2201600,
+            "gpu_hz": 1300500000 - i,
+            "emc_hz": 3199000000,
+            "time_ms": t,
+            "power_w": w,
+        }
         for i, (t, w) in enumerate(zip(times, powers, strict=True))
     ]
     return p.Predictions(workload="w", rows=rows, extra=extra or {})
@@ -161,8 +172,16 @@ def test_pareto_plot_marks_the_daemons_pinned_mode_over_a_guess() -> None:
 
 def test_demo_serve_prints_the_endpoint_and_restores_on_ctrl_c() -> None:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "powerd.sim.demo", "--serve", "--strategy", "binary-search",
-         "--time-scale", str(TS)],
+        [
+            sys.executable,
+            "-m",
+            "powerd.sim.demo",
+            "--serve",
+            "--strategy",
+            "binary-search",
+            "--time-scale",
+            str(TS),
+        ],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -209,3 +228,55 @@ def test_demo_serve_prints_the_endpoint_and_restores_on_ctrl_c() -> None:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+# ---- a user outside the socket group --------------------------------------------------------
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run a client as another user")
+@pytest.mark.parametrize(
+    "group, mode, words", [("adm", 0o660, "group 'adm'"), ("root", 0o600, "only root")]
+)
+def test_a_user_outside_the_socket_group_is_told_which_group(
+    tmp_path: Path, group: str, mode: int, words: str
+) -> None:
+    import grp
+    import pwd
+
+    d = tmp_path / "run"
+    d.mkdir()
+    for parent in (d, *d.parents):
+        if parent in (Path("/tmp"), Path("/")):
+            break
+        os.chmod(parent, 0o755)
+    sock = d / "powerd.sock"
+    sock.write_text("")  # the client checks access before it connects
+    os.chown(sock, 0, grp.getgrnam(group).gr_gid)
+    os.chmod(sock, mode)
+    nobody = pwd.getpwnam("nobody")
+    # a forked child drops to `nobody` (the interpreter's files may be root-only, so a fresh
+    # process as nobody could not even start)
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        code = 1
+        try:
+            os.close(r)
+            os.setgroups([])
+            os.setgid(nobody.pw_gid)
+            os.setuid(nobody.pw_uid)
+            try:
+                powerd.request(budget_w=20, endpoint=f"ipc://{sock}")
+            except powerd.DaemonUnavailable as exc:
+                os.write(w, str(exc).encode())
+                code = 3
+        finally:
+            os._exit(code)
+    os.close(w)
+    with os.fdopen(r) as f:
+        message = f.read()
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 3, message
+    assert words in message and str(sock) in message, message
+    if group != "root":
+        assert f"usermod -aG {group}" in message
