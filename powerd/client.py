@@ -161,6 +161,12 @@ class Connection:
         self.flush: collections.abc.Callable[[float], list[BaseModel]] | None = None
         self.last_reply = time.monotonic()
         self.dropped_sends = 0
+        # a queued message wakes the thread at once instead of at its next flush tick
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
+        self._pipe_lock = threading.Lock()
+        self._pipe_open = True
         self._thread = threading.Thread(target=self._run, name="powerd-client", daemon=True)
         self._thread.start()
 
@@ -171,12 +177,22 @@ class Connection:
         """Fire and forget (the reply, if a JobState, still updates the job). Its id."""
         msg.id = next(self._ids)
         self._outbox.put((msg, None, 0.0))
+        self._wake()
         return msg.id
+
+    def _wake(self) -> None:
+        with self._pipe_lock:  # never write to a closed (and maybe reused) descriptor
+            if self._pipe_open:
+                try:
+                    os.write(self._wake_w, b"!")
+                except BlockingIOError:
+                    pass  # a wake-up is pending already
 
     def call(self, msg: BaseModel, timeout_s: float = CALL_TIMEOUT_S) -> p.Reply:
         msg.id = next(self._ids)
         fut: Future = Future()
         self._outbox.put((msg, fut, time.monotonic() + timeout_s))
+        self._wake()
         try:
             reply = fut.result(timeout=timeout_s + 0.5)
         except FutureTimeout:
@@ -185,7 +201,14 @@ class Connection:
 
     def close(self) -> None:
         self._stop.set()
+        self._wake()
         self._thread.join(timeout=2.0)
+        if not self._thread.is_alive():
+            with self._pipe_lock:
+                if self._pipe_open:
+                    self._pipe_open = False
+                    os.close(self._wake_r)
+                    os.close(self._wake_w)
 
     def _run(self) -> None:
         ctx = zmq.Context.instance()
@@ -194,6 +217,9 @@ class Connection:
         sock.setsockopt(zmq.SNDHWM, SEND_HWM)
         sock.setsockopt(zmq.IMMEDIATE, 1)
         sock.connect(self.endpoint)
+        poller = zmq.Poller()
+        poller.register(sock, zmq.POLLIN)
+        poller.register(self._wake_r, zmq.POLLIN)
         next_flush = 0.0
         calls: list[tuple[BaseModel, Future, float]] = []  # not sent yet: retried
         try:
@@ -217,7 +243,16 @@ class Connection:
                     next_flush = now + FLUSH_INTERVAL_S
                 if stopping:
                     return
-                if sock.poll(int(FLUSH_INTERVAL_S * 1000)):
+                # a call waiting to be retried polls briefly; otherwise until the next flush
+                wait_s = 0.005 if calls else max(0.0, next_flush - time.monotonic())
+                events = dict(poller.poll(int(wait_s * 1000) + 1))
+                if self._wake_r in events:
+                    try:
+                        while os.read(self._wake_r, 4096):
+                            pass
+                    except BlockingIOError:
+                        pass
+                if sock in events:
                     while sock.poll(0):
                         self._dispatch(sock.recv())
         finally:
