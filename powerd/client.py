@@ -542,7 +542,10 @@ class Job:
                 return  # about the old job id, or already registering again
             with self._lock:
                 self._state = self._state.model_copy(update={"phase": "idle", "mode": None})
-            if self._register is not None and not self._closed:
+            # a daemon that ended the job on purpose (an admin's restore) may say so; then
+            # registering again would undo what the admin asked for
+            released = bool(err.details.get("released"))
+            if self._register is not None and not self._closed and not released:
                 self._rereg_at = time.monotonic()
                 self._rereg_id = self._conn.send(self._register.model_copy())
                 return
@@ -588,6 +591,8 @@ class NoopJob:
     phase = "idle"
     mode = None
     batch_size = 1
+    connected = False
+    steps_dropped = 0
     message = "no powerd daemon: running without power management"
 
     def __init__(self, kind: str, budget_w: float | None):
