@@ -216,6 +216,19 @@ def _ctl_endpoint(args: argparse.Namespace) -> str:
 
 
 def ctl_main(argv: list[str] | None = None) -> int:
+    try:
+        rc = _ctl(argv)
+        sys.stdout.flush()  # a closed pipe must surface here, not at interpreter exit
+        return rc
+    except BrokenPipeError:
+        # `powerctl ... | head`: the reader has what it wanted; exit quietly like other
+        # Unix tools (128 + SIGPIPE), with stdout pointed where the final flush cannot fail
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141
+
+
+def _ctl(argv: list[str] | None = None) -> int:
     from powerd.client import admin_endpoint, call_once
     from powerd.errors import DaemonUnavailable, PowerdError
 
@@ -230,6 +243,13 @@ def ctl_main(argv: list[str] | None = None) -> int:
         sp.add_argument("--json", action="store_true")
         if name == "pareto":
             sp.add_argument("--plot", metavar="FILE.png")
+            sp.add_argument(
+                "--budget",
+                type=float,
+                metavar="W",
+                help="budget line to draw when no job of this workload holds the board "
+                "(default: the daemon's current budget)",
+            )
     b = sub.add_parser("budget", help="set the default budget (admins)")
     b.add_argument("watts", type=float)
     sub.add_parser("restore", help="release every job and restore the baseline (admins)")
@@ -255,7 +275,12 @@ def ctl_main(argv: list[str] | None = None) -> int:
             if args.cmd == "pareto" and args.plot:
                 from powerd.plot import plot_pareto
 
-                plot_pareto(reply, args.plot)
+                budget = args.budget
+                if budget is None and "budget_w" not in reply.extra:
+                    status = call_once(endpoint, p.Status())
+                    assert isinstance(status, p.StatusReply)
+                    budget = status.status.get("budget_w")
+                plot_pareto(reply, args.plot, budget)
                 print(f"wrote {args.plot}", file=sys.stderr)
             if args.json:
                 print(json.dumps(reply.rows))

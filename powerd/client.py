@@ -8,10 +8,12 @@ doubles as the heartbeat, and applies the daemon's replies to the job's visible 
 from __future__ import annotations
 
 import collections
+import grp
 import itertools
 import logging
 import os
 import queue
+import stat
 import threading
 import time
 from concurrent.futures import Future
@@ -32,6 +34,11 @@ DEFAULT_ENDPOINT = (
 CONNECT_TIMEOUT_S = 1.5  # the contract promises DaemonUnavailable within 2 s
 CALL_TIMEOUT_S = 10.0
 FLUSH_INTERVAL_S = 0.05
+SEND_HWM = 100  # messages queued in the socket before sends are dropped (never block)
+MAX_QUEUED_STEPS = 65_536  # steps waiting for the connection thread; beyond: oldest dropped
+GONE_AFTER_BEATS = 3  # heartbeats without any answer: the daemon is gone, the job a no-op
+GONE_AFTER_MIN_S = 2.0
+REREGISTER_RETRY_S = 3.0
 
 
 def resolve_endpoint(endpoint: str | None = None) -> str:
@@ -58,15 +65,52 @@ def _unavailable(endpoint: str, why: str) -> DaemonUnavailable:
     )
 
 
+def _no_access(endpoint: str, why: str) -> DaemonUnavailable:
+    # still DaemonUnavailable: required=False then runs the job without power management
+    return DaemonUnavailable(
+        f"cannot talk to the powerd daemon at {endpoint}: {why}. Or pass required=False to "
+        "run without power management."
+    )
+
+
+def _group_name(gid: int) -> str:
+    try:
+        return grp.getgrgid(gid).gr_name
+    except KeyError:
+        return str(gid)
+
+
+def permission_hint(path: str) -> str:
+    """Why this user cannot open the daemon's socket, naming the group that can."""
+    try:
+        st = os.stat(path)
+    except OSError as exc:
+        return f"cannot stat {path}: {exc.strerror}"
+    mode = stat.S_IMODE(st.st_mode)
+    group = _group_name(st.st_gid)
+    if not mode & stat.S_IRWXG or group == "root":
+        return (
+            f"permission denied on {path} (mode {mode:04o}, group {group!r}): only root may "
+            "use it; the daemon's [server] socket_group is unset or names a group that does "
+            "not exist"
+        )
+    return (
+        f"permission denied on {path}: only root and members of group {group!r} may use it; "
+        f"join it with `sudo usermod -aG {group} $USER` and log in again"
+    )
+
+
 def _check_ipc_path(endpoint: str) -> None:
     if endpoint.startswith("ipc://"):
         path = endpoint[len("ipc://") :]
         if not os.path.exists(path):
+            # an unreadable directory hides the socket: that is a permission problem too
+            parent = os.path.dirname(path) or "."
+            if os.path.isdir(parent) and not os.access(parent, os.X_OK):
+                raise _no_access(endpoint, permission_hint(parent))
             raise _unavailable(endpoint, f"no socket at {path}")
         if not os.access(path, os.R_OK | os.W_OK):
-            raise _unavailable(
-                endpoint, f"permission denied on {path}: join the daemon's socket group"
-            )
+            raise _no_access(endpoint, permission_hint(path))
 
 
 def _raise_for_error(reply: p.Reply) -> p.Reply:
@@ -96,70 +140,148 @@ def call_once(endpoint: str, msg: BaseModel, timeout_s: float = CALL_TIMEOUT_S) 
 
 
 class Connection:
-    """The background thread and socket that carry one job's traffic."""
+    """The background thread and socket that carry one job's traffic.
+
+    Sends never block: the socket queues at most SEND_HWM messages, a send that would
+    block drops a fire-and-forget message (counted in `dropped_sends`), and a call is
+    retried until its own deadline. IMMEDIATE keeps messages off a connection that is not
+    up, so nothing stale reaches a restarted daemon."""
 
     def __init__(self, endpoint: str):
         self.endpoint = endpoint
         self._ids = itertools.count(1)
-        self._outbox: queue.SimpleQueue[tuple[BaseModel, Future | None]] = queue.SimpleQueue()
+        self._outbox: queue.SimpleQueue[tuple[BaseModel, Future | None, float]] = (
+            queue.SimpleQueue()
+        )
         self._waiting: dict[int, Future] = {}
         self._stop = threading.Event()
         self.on_state: collections.abc.Callable[[p.JobState], None] | None = None
         self.on_error: collections.abc.Callable[[p.Error], None] | None = None
-        self.flush: collections.abc.Callable[[], BaseModel | None] | None = None
+        # called on the connection thread every FLUSH_INTERVAL_S: the messages to send now
+        self.flush: collections.abc.Callable[[float], list[BaseModel]] | None = None
+        self.last_reply = time.monotonic()
+        self.dropped_sends = 0
+        # a queued message wakes the thread at once instead of at its next flush tick
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
+        self._pipe_lock = threading.Lock()
+        self._pipe_open = True
         self._thread = threading.Thread(target=self._run, name="powerd-client", daemon=True)
         self._thread.start()
 
-    def send(self, msg: BaseModel) -> None:
-        """Fire and forget (the reply, if a JobState, still updates the job)."""
+    def next_id(self) -> int:
+        return next(self._ids)
+
+    def send(self, msg: BaseModel) -> int:
+        """Fire and forget (the reply, if a JobState, still updates the job). Its id."""
         msg.id = next(self._ids)
-        self._outbox.put((msg, None))
+        self._outbox.put((msg, None, 0.0))
+        self._wake()
+        return msg.id
+
+    def _wake(self) -> None:
+        with self._pipe_lock:  # never write to a closed (and maybe reused) descriptor
+            if self._pipe_open:
+                try:
+                    os.write(self._wake_w, b"!")
+                except BlockingIOError:
+                    pass  # a wake-up is pending already
 
     def call(self, msg: BaseModel, timeout_s: float = CALL_TIMEOUT_S) -> p.Reply:
         msg.id = next(self._ids)
         fut: Future = Future()
-        self._outbox.put((msg, fut))
+        self._outbox.put((msg, fut, time.monotonic() + timeout_s))
+        self._wake()
         try:
-            reply = fut.result(timeout=timeout_s)
+            reply = fut.result(timeout=timeout_s + 0.5)
         except FutureTimeout:
             raise _unavailable(self.endpoint, f"no answer within {timeout_s:g} s") from None
         return _raise_for_error(reply)
 
     def close(self) -> None:
         self._stop.set()
+        self._wake()
         self._thread.join(timeout=2.0)
+        if not self._thread.is_alive():
+            with self._pipe_lock:
+                if self._pipe_open:
+                    self._pipe_open = False
+                    os.close(self._wake_r)
+                    os.close(self._wake_w)
 
     def _run(self) -> None:
         ctx = zmq.Context.instance()
         sock = ctx.socket(zmq.DEALER)
         sock.setsockopt(zmq.LINGER, 500)  # let a final close message leave
+        sock.setsockopt(zmq.SNDHWM, SEND_HWM)
+        sock.setsockopt(zmq.IMMEDIATE, 1)
         sock.connect(self.endpoint)
+        poller = zmq.Poller()
+        poller.register(sock, zmq.POLLIN)
+        poller.register(self._wake_r, zmq.POLLIN)
         next_flush = 0.0
+        calls: list[tuple[BaseModel, Future, float]] = []  # not sent yet: retried
         try:
             while True:
                 stopping = self._stop.is_set()
+                now = time.monotonic()
                 while True:
                     try:
-                        msg, fut = self._outbox.get_nowait()
+                        msg, fut, deadline = self._outbox.get_nowait()
                     except queue.Empty:
                         break
-                    if fut is not None:
-                        self._waiting[msg.id] = fut
-                    sock.send(p.encode(msg))
-                now = time.monotonic()
+                    if fut is None:
+                        self._send(sock, msg)
+                    else:
+                        calls.append((msg, fut, deadline))
+                calls = [c for c in calls if not self._try_call(sock, *c, now)]
                 if self.flush is not None and (now >= next_flush or stopping):
-                    batch = self.flush()
-                    if batch is not None:
+                    for batch in self.flush(now):
                         batch.id = next(self._ids)
-                        sock.send(p.encode(batch))
+                        self._send(sock, batch)
                     next_flush = now + FLUSH_INTERVAL_S
                 if stopping:
                     return
-                if sock.poll(int(FLUSH_INTERVAL_S * 1000)):
+                # a call waiting to be retried polls briefly; otherwise until the next flush
+                wait_s = 0.005 if calls else max(0.0, next_flush - time.monotonic())
+                events = dict(poller.poll(int(wait_s * 1000) + 1))
+                if self._wake_r in events:
+                    try:
+                        while os.read(self._wake_r, 4096):
+                            pass
+                    except BlockingIOError:
+                        pass
+                if sock in events:
                     while sock.poll(0):
                         self._dispatch(sock.recv())
         finally:
+            for _, fut, _ in calls:
+                fut.set_exception(_unavailable(self.endpoint, "the connection closed"))
             sock.close()
+
+    def _send(self, sock: zmq.Socket, msg: BaseModel) -> bool:
+        try:
+            sock.send(p.encode(msg), zmq.NOBLOCK)
+            return True
+        except zmq.Again:  # no daemon connected, or its queue is full: never wait
+            self.dropped_sends += 1
+            return False
+
+    def _try_call(
+        self, sock: zmq.Socket, msg: BaseModel, fut: Future, deadline: float, now: float
+    ) -> bool:
+        """True once the call is sent or has failed (and so leaves the retry list)."""
+        self._waiting[msg.id] = fut
+        try:
+            sock.send(p.encode(msg), zmq.NOBLOCK)
+            return True
+        except zmq.Again:
+            self._waiting.pop(msg.id, None)
+            if now < deadline:
+                return False  # the connection may still be coming up
+            fut.set_exception(_unavailable(self.endpoint, "could not send"))
+            return True
 
     def _dispatch(self, raw: bytes) -> None:
         try:
@@ -167,36 +289,52 @@ class Connection:
         except ValidationError as exc:
             log.warning("ignoring a malformed reply from powerd: %s", exc)
             return
+        self.last_reply = time.monotonic()
         fut = self._waiting.pop(reply.id, None)
         if isinstance(reply, p.JobState) and self.on_state is not None:
             self.on_state(reply)
         elif isinstance(reply, p.Error) and fut is None and self.on_error is not None:
             self.on_error(reply)
-        if fut is not None:
+        if fut is not None and not fut.done():
             fut.set_result(reply)
 
 
 class Job:
-    """A training job's lease on the board's power mode. Create with `powerd.request()`."""
+    """A training job's lease on the board's power mode. Create with `powerd.request()`.
+
+    When the daemon stops answering, the job turns into a warned no-op (phase `idle`, steps
+    counted and discarded) until it answers again; when it answers that it no longer knows
+    the job (it restarted), the job registers again with the same request by itself. The
+    training loop notices neither: `step()` stays a deque append, and `id` may change."""
 
     kind = "training"
 
-    def __init__(self, conn: Connection, state: p.JobState):
+    def __init__(self, conn: Connection, state: p.JobState, register: p.Register | None = None):
         self._conn = conn
         self._state = state
+        self._register = register  # what to ask for again after a daemon restart
         self._lock = threading.Lock()
-        self._steps: collections.deque[float] = collections.deque()
-        self._durations: collections.deque[float] = collections.deque()
+        # bounded: a stalled connection thread cannot grow memory without limit
+        self._steps: collections.deque[float] = collections.deque(maxlen=MAX_QUEUED_STEPS)
+        self._durations: collections.deque[float] = collections.deque(maxlen=MAX_QUEUED_STEPS)
         self._last_heartbeat = 0.0
         self._closed = False
         self._warned: set[str] = set()
+        self._gone_since: float | None = None
+        self._rereg_id: int | None = None  # the re-registration in flight
+        self._rereg_at = 0.0
+        self._epoch_id = 0  # messages from this id on name the current job id
+        self._n_steps = 0  # step() calls
+        self._n_out = 0  # steps taken off the queue (sent or discarded)
+        self._n_discarded = 0  # discarded while the daemon was gone
         conn.on_state = self._apply_state
         conn.on_error = self._apply_error
-        conn.flush = self._take_batch
+        conn.flush = self._flush
 
     # -- the hot path ---------------------------------------------------------------------
     def step(self) -> None:
         """Record one finished minibatch. Costs a deque append; never waits on the daemon."""
+        self._n_steps += 1
         self._steps.append(time.monotonic())
 
     # -- state ----------------------------------------------------------------------------
@@ -226,12 +364,49 @@ class Job:
         """False when no mode meets the budget; None until the daemon decided."""
         return self._state.feasible
 
+    @property
+    def connected(self) -> bool:
+        """False while the daemon does not answer (the job is then a no-op)."""
+        return self._gone_since is None
+
     def set_budget(self, budget_w: float) -> None:
-        """Re-solve for a new budget (no re-profiling). Returns once the daemon accepted it."""
-        reply = self._conn.call(p.SetBudget(job=self.id, budget_w=budget_w))
-        assert isinstance(reply, p.JobState)
-        with self._lock:
-            self._state = reply
+        """Re-solve for a new budget (no re-profiling). Returns once the daemon accepted it.
+        While the daemon is gone: remembered for when the job registers again, and warned."""
+        if self._gone_since is not None:
+            self._remember_budget(budget_w)
+            self._warn_once(
+                f"budget:{budget_w}",
+                f"powerd is not answering: budget {budget_w:g} W applies when it returns",
+            )
+            return
+        for _ in range(2):
+            job_id = self.id
+            try:
+                reply = self._conn.call(p.SetBudget(job=job_id, budget_w=budget_w))
+            except RequestFailed as exc:
+                if exc.code != "unknown_job":
+                    raise
+                # the daemon restarted: the job registers again (with this budget)
+                self._remember_budget(budget_w)
+                self._wait_for_new_id(job_id, timeout_s=CONNECT_TIMEOUT_S * 2)
+                continue
+            assert isinstance(reply, p.JobState)
+            self._remember_budget(budget_w)
+            with self._lock:
+                self._state = reply
+            return
+        raise _unavailable(
+            self._conn.endpoint, "the daemon lost this job and it could not register again"
+        )
+
+    def _remember_budget(self, budget_w: float) -> None:
+        if self._register is not None:
+            self._register = self._register.model_copy(update={"budget_w": budget_w})
+
+    def _wait_for_new_id(self, old: str, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while self.id == old and time.monotonic() < deadline:
+            time.sleep(0.01)
 
     def close(self) -> None:
         if self._closed:
@@ -240,10 +415,10 @@ class Job:
         self._conn.flush = None
         try:
             # flush what is left so the daemon's last window is not lost, then release the board
-            batch = self._take_batch(force=True)
-            if batch is not None:
-                self._conn.send(batch)
-            self._conn.call(p.Close(job=self.id), timeout_s=2.0)
+            if self._gone_since is None:
+                for batch in self._take_batches(time.monotonic(), force=True):
+                    self._conn.send(batch)
+                self._conn.call(p.Close(job=self.id), timeout_s=2.0)
         except Exception as exc:  # noqa: BLE001 - closing must not raise into user code
             log.debug("close: %s", exc)
         finally:
@@ -263,36 +438,123 @@ class Job:
             pass
 
     # -- called on the connection thread ----------------------------------------------------
-    def _take_batch(self, force: bool = False) -> p.Steps | None:
-        steps = []
-        while self._steps:
-            steps.append(self._steps.popleft())
-        durations = []
-        while self._durations:
-            durations.append(self._durations.popleft())
-        now = time.monotonic()
+    def _warn_once(self, key: str, text: str) -> None:
+        if key not in self._warned:
+            self._warned.add(key)
+            log.warning("powerd: %s", text)
+
+    def _flush(self, now: float) -> list[BaseModel]:
+        silent = now - self._conn.last_reply
+        gone_after = max(GONE_AFTER_MIN_S, GONE_AFTER_BEATS * self._state.heartbeat_ms / 1000.0)
+        if self._gone_since is None and silent > gone_after:
+            self._gone_since = now
+            log.warning(
+                "powerd: the daemon at %s has not answered for %.1f s: running without power "
+                "management until it returns",
+                self._conn.endpoint,
+                silent,
+            )
+            with self._lock:
+                self._state = self._state.model_copy(
+                    update={"phase": "idle", "mode": None, "message": "powerd is not answering"}
+                )
+        if self._rereg_id is not None and now - self._rereg_at > REREGISTER_RETRY_S:
+            self._rereg_id = None  # no answer: the next unknown_job tries again
+        if len(self._steps) == MAX_QUEUED_STEPS:
+            self._warn_once("overflow", "step queue full: the oldest steps are dropped")
+        if self._gone_since is not None:
+            # a no-op job: memory stays flat, and heartbeats keep knocking
+            n = len(self._steps)
+            for _ in range(n):
+                self._steps.popleft()
+            self._durations.clear()
+            self._n_out += n
+            self._n_discarded += n
+        return self._take_batches(now, force=False)
+
+    @property
+    def steps_dropped(self) -> int:
+        """Steps the daemon never saw: discarded while it was gone, or pushed out of a full
+        queue (the latter counted from the step counter, so give or take a step in flight)."""
+        overflow = self._n_steps - self._n_out - len(self._steps)
+        return self._n_discarded + max(0, overflow)
+
+    def _take_chunk(self) -> tuple[list[float], list[float]]:
+        k = min(len(self._steps), p.MAX_STEPS_PER_MSG)
+        steps = [self._steps.popleft() for _ in range(k)]
+        self._n_out += k
+        # an inference batch appends its duration before its step, so durations are never
+        # behind the steps: the first k pair up
+        m = min(k, len(self._durations))
+        durations = [self._durations.popleft() for _ in range(m)]
+        if m != k:
+            durations = []
+        if durations or any(b < a for a, b in zip(steps, steps[1:], strict=False)):
+            # threads may append out of order; the daemon wants them sorted
+            pairs = sorted(zip(steps, durations or [0.0] * k, strict=True))
+            steps = [t for t, _ in pairs]
+            durations = [d for _, d in pairs] if durations else []
+        return steps, durations
+
+    def _take_batches(self, now: float, force: bool) -> list[BaseModel]:
+        """The steps queued so far, in messages of at most MAX_STEPS_PER_MSG; or a heartbeat
+        (an empty batch) when one is due."""
+        out: list[BaseModel] = []
         beat_due = now - self._last_heartbeat >= self._state.heartbeat_ms / 1000.0
-        if not steps and not durations and not beat_due and not force:
-            return None
-        self._last_heartbeat = now
-        return p.Steps(job=self.id, t=steps, d=durations)
+        for _ in range(MAX_QUEUED_STEPS // p.MAX_STEPS_PER_MSG + 1):
+            steps, durations = self._take_chunk()
+            if steps or (not out and (beat_due or force)):
+                out.append(p.Steps(job=self.id, t=steps, d=durations))
+                self._last_heartbeat = now
+            if not steps or not self._steps:
+                break
+        return out
 
     def _apply_state(self, state: p.JobState) -> None:
+        if self._gone_since is not None:
+            log.info("powerd: the daemon answers again")
+            self._gone_since = None
+        if state.id == self._rereg_id:
+            self._rereg_id = None
+            old = self._state.job
+            self._epoch_id = self._conn.next_id()
+            log.warning(
+                "powerd: the daemon had lost job %s (it restarted): registered again as %s",
+                old,
+                state.job,
+            )
+        elif state.job != self._state.job:
+            return  # a late reply about the job id before a re-registration
         with self._lock:
             self._state = state
             msg = state.message
-        if msg and msg not in self._warned:
-            self._warned.add(msg)
-            log.warning("powerd: %s", msg)
+        if msg:
+            self._warn_once(msg, msg)
 
     def _apply_error(self, err: p.Error) -> None:
-        key = f"{err.code}:{err.message}"
-        if key not in self._warned:
-            self._warned.add(key)
-            log.warning("powerd: %s: %s", err.code, err.message)
+        if self._gone_since is not None:
+            log.info("powerd: the daemon answers again")
+            self._gone_since = None
+        if err.id == self._rereg_id:
+            self._rereg_id = None
+            self._warn_once(
+                f"rereg:{err.code}:{err.message}",
+                f"could not register again: {err.code}: {err.message}",
+            )
+            return
         if err.code == "unknown_job":
+            if err.id < self._epoch_id or self._rereg_id is not None:
+                return  # about the old job id, or already registering again
             with self._lock:
                 self._state = self._state.model_copy(update={"phase": "idle", "mode": None})
+            # a daemon that ended the job on purpose (an admin's restore) may say so; then
+            # registering again would undo what the admin asked for
+            released = bool(err.details.get("released"))
+            if self._register is not None and not self._closed and not released:
+                self._rereg_at = time.monotonic()
+                self._rereg_id = self._conn.send(self._register.model_copy())
+                return
+        self._warn_once(f"{err.code}:{err.message}", f"{err.code}: {err.message}")
 
 
 class InferenceJob(Job):
@@ -334,6 +596,8 @@ class NoopJob:
     phase = "idle"
     mode = None
     batch_size = 1
+    connected = False
+    steps_dropped = 0
     message = "no powerd daemon: running without power management"
 
     def __init__(self, kind: str, budget_w: float | None):
@@ -412,4 +676,4 @@ def request(
         return NoopJob(kind, budget_w)
     assert isinstance(reply, p.JobState)
     cls = InferenceJob if kind == "inference" else Job
-    return cls(conn, reply)
+    return cls(conn, reply, register=msg)

@@ -7,11 +7,33 @@ it imports nothing of the daemon.
 
 from __future__ import annotations
 
+import json
+import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, FiniteFloat, TypeAdapter, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    FiniteFloat,
+    TypeAdapter,
+    ValidationError,
+    model_validator,
+)
 
 PROTOCOL_VERSION = 1
+
+# Bounds checked before a request is parsed: any member of the socket group can send
+# anything, and the daemon runs as root. A legitimate request is a flat object with at most
+# two lists (steps), so these leave a wide margin.
+MAX_FRAME_BYTES = 256 * 1024  # larger frames are refused unread
+MAX_CONTAINERS = 32  # `[` and `{` outside strings: bounds nesting depth and object count
+MAX_INT_DIGITS = 24  # int("9" * 10**6) is quadratic before Python 3.11's digit limit
+MAX_STEPS_PER_MSG = 4096  # the client splits larger backlogs over several messages
+MAX_ID_CHARS = 64
+MAX_NAME_CHARS = 200
+MAX_TIMESTAMP_S = 1e10  # CLOCK_MONOTONIC seconds: ~300 years of uptime
+MAX_DURATION_S = 1e6
 
 Phase = Literal["queued", "profiling", "fitting", "tuned", "idle"]
 Kind = Literal["training", "inference"]
@@ -21,6 +43,12 @@ class _Msg(BaseModel):
     model_config = ConfigDict(extra="forbid")
     v: int = PROTOCOL_VERSION
     id: int = 0
+
+
+JobId = Annotated[str, Field(max_length=MAX_ID_CHARS)]
+WorkloadName = Annotated[str, Field(max_length=MAX_NAME_CHARS)]
+Timestamp = Annotated[FiniteFloat, Field(ge=0, le=MAX_TIMESTAMP_S)]
+Duration = Annotated[FiniteFloat, Field(ge=0, le=MAX_DURATION_S)]
 
 
 class ModeModel(BaseModel):
@@ -38,38 +66,47 @@ class Register(_Msg):
     type: Literal["register"] = "register"
     kind: Kind = "training"
     budget_w: FiniteFloat | None = None
-    workload: str | None = Field(None, max_length=200)
-    latency_ms: FiniteFloat | None = Field(None, gt=0)
-    rate_hz: FiniteFloat | None = Field(None, gt=0)
-    pid: int | None = None
+    workload: WorkloadName | None = None
+    latency_ms: FiniteFloat | None = Field(None, gt=0, le=1e7)
+    rate_hz: FiniteFloat | None = Field(None, gt=0, le=1e6)
+    pid: int | None = Field(None, ge=0, le=2**31)
 
 
 class Steps(_Msg):
     """Step timestamps (CLOCK_MONOTONIC seconds) since the last batch; empty = heartbeat."""
 
     type: Literal["steps"] = "steps"
-    job: str
-    t: list[FiniteFloat] = Field(default_factory=list, max_length=100_000)
+    job: JobId
+    t: list[Timestamp] = Field(default_factory=list, max_length=MAX_STEPS_PER_MSG)
     # Inference batches report their own duration (s): the gap between batches is arrival
     # time, not work. Training steps leave this empty and the daemon uses the intervals.
-    d: list[FiniteFloat] = Field(default_factory=list, max_length=100_000)
+    d: list[Duration] = Field(default_factory=list, max_length=MAX_STEPS_PER_MSG)
+
+    @model_validator(mode="after")
+    def _one_clock(self) -> Steps:
+        # the daemon pairs d[i] with t[i] and times steps by their differences
+        if self.d and len(self.d) != len(self.t):
+            raise ValueError(f"d has {len(self.d)} durations for {len(self.t)} steps")
+        if any(b < a for a, b in zip(self.t, self.t[1:], strict=False)):
+            raise ValueError("step timestamps must not decrease")
+        return self
 
 
 class SetBudget(_Msg):
     type: Literal["set_budget"] = "set_budget"
-    job: str
+    job: JobId
     budget_w: FiniteFloat
 
 
 class SetRate(_Msg):
     type: Literal["set_rate"] = "set_rate"
-    job: str
-    rate_hz: FiniteFloat = Field(gt=0)
+    job: JobId
+    rate_hz: FiniteFloat = Field(gt=0, le=1e6)
 
 
 class Close(_Msg):
     type: Literal["close"] = "close"
-    job: str
+    job: JobId
 
 
 class Status(_Msg):
@@ -78,12 +115,12 @@ class Status(_Msg):
 
 class Predict(_Msg):
     type: Literal["predict"] = "predict"
-    workload: str
+    workload: WorkloadName
 
 
 class Pareto(_Msg):
     type: Literal["pareto"] = "pareto"
-    workload: str
+    workload: WorkloadName
 
 
 class SetDefaultBudget(_Msg):
@@ -189,28 +226,97 @@ class ProtocolError(Exception):
         self.msg_id = msg_id
 
 
-def decode_request(raw: bytes) -> Request:
-    """Parse and validate one request, raising ProtocolError with a client-facing message."""
-    import json
+_STRUCTURE = re.compile(rb'["\\[{]')  # what the container scan stops at
 
+
+def _count_containers(raw: bytes, limit: int) -> int:
+    """`[` and `{` outside JSON strings, counting stops past `limit`. Runs at C speed
+    through the bytes (regex and bytes.find); only quotes and brackets reach Python."""
+    if raw.count(b"[") + raw.count(b"{") <= limit:
+        return 0  # the common case: too few brackets anywhere to matter
+    n = 0
+    pos = 0
+    while n <= limit:
+        m = _STRUCTURE.search(raw, pos)
+        if m is None:
+            break
+        if m.group() != b'"':
+            n += 1
+            pos = m.end()
+            continue
+        # skip the string: the next quote not escaped by an odd run of backslashes
+        end = m.end()
+        while True:
+            end = raw.find(b'"', end)
+            if end < 0:
+                return n  # unterminated: json.loads will say so
+            slashes = 0
+            while raw[end - 1 - slashes] == 0x5C:  # backslash
+                slashes += 1
+            end += 1
+            if slashes % 2 == 0:
+                break
+        pos = end
+    return n
+
+
+def _bounded_int(text: str) -> int:
+    if len(text) > MAX_INT_DIGITS:
+        raise ValueError(f"integer with {len(text)} digits")
+    return int(text)
+
+
+def _parse_bounded(raw: bytes) -> Any:
+    """json.loads behind the size, nesting and number bounds; ProtocolError on any failure."""
+    if not isinstance(raw, (bytes, bytearray, memoryview)):
+        raise ProtocolError("bad_request", "a message must be one frame of UTF-8 JSON")
+    raw = bytes(raw)
+    if len(raw) > MAX_FRAME_BYTES:
+        raise ProtocolError(
+            "bad_request", f"message of {len(raw)} bytes; the limit is {MAX_FRAME_BYTES}"
+        )
+    if _count_containers(raw, MAX_CONTAINERS) > MAX_CONTAINERS:
+        raise ProtocolError(
+            "bad_request", f"more than {MAX_CONTAINERS} nested lists/objects in one message"
+        )
     try:
-        obj = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise ProtocolError("bad_request", f"not JSON: {exc}") from None
+        return json.loads(raw, parse_int=_bounded_int)
+    except (ValueError, UnicodeDecodeError) as exc:  # JSONDecodeError is a ValueError
+        raise ProtocolError("bad_request", f"not JSON: {_short(exc)}") from None
+    except Exception as exc:  # noqa: BLE001 - whatever the decoder raises, the daemon answers
+        raise ProtocolError("bad_request", f"not JSON: {type(exc).__name__}") from None
+
+
+def _short(what: object, limit: int = 200) -> str:
+    text = str(what)
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def decode_request(raw: bytes) -> Request:
+    """Parse and validate one request, raising ProtocolError with a client-facing message.
+
+    Never raises anything else: the size, nesting and number bounds are checked before
+    the JSON is parsed, and any other failure becomes a `bad_request`."""
+    obj = _parse_bounded(raw)
     if not isinstance(obj, dict):
         raise ProtocolError("bad_request", "a message must be a JSON object")
-    msg_id = obj.get("id", 0) if isinstance(obj.get("id", 0), int) else 0
+    msg_id = obj.get("id", 0)
+    if not isinstance(msg_id, int) or isinstance(msg_id, bool):
+        msg_id = 0
     v = obj.get("v")
-    if v != PROTOCOL_VERSION:
+    if v != PROTOCOL_VERSION or isinstance(v, bool):
         raise ProtocolError(
             "unsupported_version",
-            f"protocol version {v!r} not supported; this daemon speaks v{PROTOCOL_VERSION}",
+            f"protocol version {_short(repr(v), 40)} not supported; "
+            f"this daemon speaks v{PROTOCOL_VERSION}",
             msg_id,
         )
-    if obj.get("type") not in REQUEST_TYPES:
+    kind = obj.get("type")
+    if not isinstance(kind, str) or kind not in REQUEST_TYPES:
         raise ProtocolError(
             "bad_request",
-            f"unknown message type {obj.get('type')!r}; expected one of {', '.join(REQUEST_TYPES)}",
+            f"unknown message type {_short(repr(kind), 40)}; "
+            f"expected one of {', '.join(REQUEST_TYPES)}",
             msg_id,
         )
     try:
@@ -218,9 +324,12 @@ def decode_request(raw: bytes) -> Request:
     except ValidationError as exc:
         problems = "; ".join(
             f"{'.'.join(str(p) for p in e['loc'][1:]) or 'message'}: {e['msg']}"
-            for e in exc.errors()
+            for e in exc.errors()[:5]
         )
-        raise ProtocolError("bad_request", problems, msg_id) from None
+        raise ProtocolError("bad_request", _short(problems, 500), msg_id) from None
+    except Exception as exc:  # noqa: BLE001 - a validator bug must not reach the daemon loop
+        why = f"invalid {kind}: {type(exc).__name__}"
+        raise ProtocolError("bad_request", why, msg_id) from None
 
 
 def decode_reply(raw: bytes) -> Reply:

@@ -472,6 +472,8 @@ class Server:
                 s = ctx.socket(zmq.ROUTER)
                 s.setsockopt(zmq.LINGER, 0)
                 s.setsockopt(zmq.ROUTER_MANDATORY, 0)
+                # a peer sending a frame far over the protocol's limit is cut off unread
+                s.setsockopt(zmq.MAXMSGSIZE, 16 * p.MAX_FRAME_BYTES)
                 s.bind(ep)
                 _set_socket_access(ep, group)
                 poller.register(s, zmq.POLLIN)

@@ -15,7 +15,7 @@ import threading
 from pathlib import Path
 
 from powerd.sim.boards import SIM_BOARDS
-from powerd.sim.emulator import Emulator
+from powerd.sim.emulator import Emulator, idle_power_w
 from powerd.sim.trace import TRACE_DIR, Trace
 from powerd.sim.tree import build_tree
 
@@ -77,7 +77,13 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     with Emulator(
-        root, args.board, trace, time_scale=args.time_scale, seed=args.seed, noise_frac=args.noise
+        root,
+        args.board,
+        trace,
+        time_scale=args.time_scale,
+        seed=args.seed,
+        noise_frac=args.noise,
+        idle_w=idle_power_w(trace),
     ):
         print(root.absolute(), flush=True)
         while not stop.wait(1.0):

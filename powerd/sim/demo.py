@@ -1,9 +1,13 @@
 """The demo: an emulated Orin AGX, the real daemon, and an emulated MobileNet v3 training job
-asking for 25 W. Prints progress while powerd profiles, then how good its pick was."""
+asking for 25 W. Prints progress while powerd profiles, then how good its pick was.
+
+With --serve: only the emulated board and the daemon, until Ctrl-C, so that one's own
+training script can ask for a budget (export the POWERD_ENDPOINT it prints)."""
 
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 import threading
 import time
@@ -77,9 +81,16 @@ def main(argv: list[str] | None = None) -> int:
         help="emulated step times are the trace's times this much (default 0.05)",
     )
     ap.add_argument("--workload", default="mobilenetv3-gld23k-bs16")
+    ap.add_argument(
+        "--serve",
+        action="store_true",
+        help="run only the emulated board and the daemon until Ctrl-C, for your own script",
+    )
     args = ap.parse_args(argv)
 
     trace = Trace.load(args.trace)
+    if args.serve:
+        return serve(args.board, trace, args.time_scale, args.strategy)
     best = trace.best_under(args.budget)
     print(
         f"powerd demo: emulated {args.board} running {trace.name} "
@@ -144,6 +155,44 @@ def main(argv: list[str] | None = None) -> int:
     print(f"budget check:       {'OK' if over <= 0.5 else f'OVER by {over:.2f} W'}")
     print(f"baseline restored:  {'yes' if restored else 'NO'}")
     return 0 if restored and over <= 0.5 else 1
+
+
+def serve(board_name: str, trace: Trace, time_scale: float, strategy: str) -> int:
+    """The daemon on an emulated board until SIGINT/SIGTERM; then the board is restored."""
+    stop = threading.Event()
+
+    def on_signal(signum: int, _frame: object) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    with EmulatedBoard(board_name, trace, time_scale=time_scale, strategy=strategy) as board:
+        baseline = knob_snapshot(board.root)
+        print(
+            f"powerd is serving an emulated {board_name} ({trace.name}, time scale "
+            f"{time_scale:g}, strategy {strategy}).\n"
+            f"In another shell, point your training script (or powerctl) at it:\n\n"
+            f"    export POWERD_ENDPOINT={board.endpoint}\n\n"
+            f"    python -c 'import powerd; job = powerd.request(budget_w=25, "
+            f'workload="my-model"); print(job.phase, job.mode)\'\n'
+            f"    powerctl status\n\n"
+            f"board root: {board.root}\n"
+            f"daemon log: {board.daemon_log}\n"
+            f"Ctrl-C stops the daemon and restores the board.",
+            flush=True,
+        )
+        while not stop.wait(0.5):
+            if board.daemon is None or board.daemon.poll() is not None:
+                print(f"the daemon exited:\n{board.log_tail()}", file=sys.stderr)
+                return 1
+        rc = board.stop_daemon()  # SIGTERM: the daemon releases its jobs and restores
+        restored = knob_snapshot(board.root) == baseline
+        print(
+            f"\ndaemon stopped (exit {rc}); board restored to its baseline: "
+            f"{'yes' if restored else 'NO'}",
+            flush=True,
+        )
+    return 0 if rc == 0 and restored else 1
 
 
 if __name__ == "__main__":

@@ -155,6 +155,10 @@ _OFFLINE_UNREADABLE = (
     "cpuinfo_min_freq",
     "cpuinfo_max_freq",
 )
+def idle_power_w(trace: Trace) -> float:
+    """A plausible idle draw for the board a trace was measured on: below its lowest
+    training power (Orin AGX ~9 W, Orin Nano ~6 W with the bundled traces)."""
+    return 0.75 * min(r.power_w for r in trace.rows)
 
 
 def _replace_file(path: Path, text: str) -> None:
@@ -192,6 +196,7 @@ class Emulator:
         cur_delay_s: tuple[float, float] = (0.010, 0.030),
         coalesce_s: float = 0.002,
         offline_reads_fail: bool = False,
+        idle_w: float | None = None,
     ):
         if time_scale <= 0:
             raise ValueError("time_scale must be > 0")
@@ -206,6 +211,11 @@ class Emulator:
         self.thermal_interval_s = thermal_interval_s
         self.cur_delay_s = (cur_delay_s[0] * time_scale, cur_delay_s[1] * time_scale)
         self.coalesce_s = coalesce_s
+        # Load model (with idle_w): the board carries a job's load exactly while something
+        # holds it away from its boot state (powerd pins a mode for each job it serves). Left
+        # at its boot state, the governors idle and the board draws idle_w, not the traced
+        # training power of its top clocks. Without idle_w: always loaded.
+        self.idle_w = idle_w
         self._online_dirty = False
         self._offline_reads_fail = offline_reads_fail
         self._hidden: set[int] = set()  # policies whose files are swapped out (offline)
@@ -259,11 +269,29 @@ class Emulator:
         self._emc_locked = read_int(lay.emc_dir / "mrq_rate_locked")
         self._emc_rate = read_int(lay.emc_dir / "rate")
         self._effective = self._compute_effective()
+        self._boot = self._knob_state()
+        self._loaded = False
         now = time.monotonic()
-        target = self.trace.lookup(self._effective).power_w
+        target = self._load_power()
         self._p_from = self._p_target = target
         self._t_switch = now
         self._last_power_w = target
+
+    def _knob_state(self) -> tuple:
+        windows = [*self._policies.values(), self._gpu]
+        return (frozenset(self._online), self._emc_locked, [(w.min, w.max) for w in windows])
+
+    def _load_power(self) -> float:
+        """The settled power for the effective mode and the load (see `idle_w`)."""
+        if self._loaded or self.idle_w is None:
+            return self.trace.lookup(self._effective).power_w
+        return self.idle_w
+
+    @property
+    def loaded(self) -> bool:
+        """True while the board runs a job's load (held away from its boot state)."""
+        with self._lock:
+            return self._loaded
 
     def _cluster(self, first: int) -> tuple[int, ...]:
         return next(c for c in self.board.clusters if c[0] == first)
@@ -676,14 +704,16 @@ class Emulator:
 
     def _update_effective(self) -> None:
         mode = self._compute_effective()
-        if mode == self._effective:
+        loaded = self._knob_state() != self._boot
+        if mode == self._effective and loaded == self._loaded:
             return
         now = time.monotonic()
         self._p_from = self._settled_power(now)
-        self._p_target = self.trace.lookup(mode).power_w
-        self._t_switch = now
         self._effective = mode
-        log.debug("effective mode %s -> %.2f W", mode, self._p_target)
+        self._loaded = loaded
+        self._p_target = self._load_power()
+        self._t_switch = now
+        log.debug("effective mode %s%s -> %.2f W", mode, "" if loaded else " idle", self._p_target)
 
     def _rail_weights(self) -> dict[str, float]:
         m = self._effective

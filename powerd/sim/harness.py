@@ -20,7 +20,7 @@ from typing import Any
 from powerd import protocol as p
 from powerd.client import call_once
 from powerd.config import dump_toml, parse_config
-from powerd.sim.emulator import Emulator
+from powerd.sim.emulator import Emulator, idle_power_w
 from powerd.sim.trace import Trace
 from powerd.sim.tree import build_tree
 
@@ -98,6 +98,7 @@ class EmulatedBoard:
             seed=self.seed,
             # the INA3221 converts every few ms; unscaled, 50 ms would be 1-2 s of board time
             power_interval_s=max(0.004, 0.05 * self.time_scale),
+            idle_w=idle_power_w(self.trace),  # an idle board reads idle, not busy
             **self.emulator_options,
         )
         self.emulator.start()

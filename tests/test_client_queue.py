@@ -1,0 +1,71 @@
+"""The client's step queue: bounded, shipped in frames the daemon accepts, never blocking."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from powerd import client as c
+from powerd import protocol as p
+
+
+def _offline_job(tmp_path: Path) -> c.Job:
+    """A job whose connection points at no daemon; its thread does not flush."""
+    conn = c.Connection(f"ipc://{tmp_path}/nobody.sock")
+    job = c.Job(conn, p.JobState(job="j" * 12, phase="profiling", budget_w=20))
+    conn.flush = None
+    return job
+
+
+def test_a_backlog_ships_in_frames_the_daemon_accepts(tmp_path: Path) -> None:
+    job = _offline_job(tmp_path)
+    try:
+        n = 2 * p.MAX_STEPS_PER_MSG + 100
+        for _ in range(n):
+            job.step()
+        batches = job._take_batches(time.monotonic(), force=False)
+        assert [len(b.t) for b in batches] == [p.MAX_STEPS_PER_MSG, p.MAX_STEPS_PER_MSG, 100]
+        for b in batches:
+            raw = p.encode(b)
+            assert len(raw) <= p.MAX_FRAME_BYTES
+            assert p.decode_request(raw) == b
+    finally:
+        job.close()
+
+
+def test_steps_appended_out_of_order_are_sent_sorted(tmp_path: Path) -> None:
+    job = _offline_job(tmp_path)
+    try:
+        job._steps.extend([3.0, 1.0, 2.0])  # threads may append out of order
+        (batch,) = job._take_batches(time.monotonic(), force=False)
+        assert batch.t == [1.0, 2.0, 3.0]
+        p.decode_request(p.encode(batch))  # the daemon refuses decreasing timestamps
+    finally:
+        job.close()
+
+
+def test_the_queue_is_bounded_and_counts_what_it_dropped(tmp_path: Path) -> None:
+    job = _offline_job(tmp_path)
+    try:
+        extra = 1000
+        for _ in range(c.MAX_QUEUED_STEPS + extra):
+            job.step()
+        assert len(job._steps) == c.MAX_QUEUED_STEPS
+        assert job.steps_dropped == extra
+    finally:
+        job.close()
+
+
+def test_sends_to_no_daemon_never_block(tmp_path: Path) -> None:
+    conn = c.Connection(f"ipc://{tmp_path}/nobody.sock")
+    try:
+        for _ in range(10 * c.SEND_HWM):
+            conn.send(p.Steps(job="j", t=[1.0]))
+        deadline = time.monotonic() + 5
+        while conn.dropped_sends < 10 * c.SEND_HWM and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert conn.dropped_sends == 10 * c.SEND_HWM  # dropped, and the thread is not stuck
+        assert conn._thread.is_alive()
+    finally:
+        conn.close()
+    assert not conn._thread.is_alive()

@@ -1,0 +1,282 @@
+"""A new user's first hour: the demo's serve mode, powerctl output, the pareto plot, and
+what `powerctl status` says about an idle board."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import powerd
+from powerd import protocol as p
+from powerd.sim.harness import EmulatedBoard, knob_snapshot
+from powerd.sim.trace import TRACE_DIR, Trace
+
+TS = 0.03
+MOBILENET = TRACE_DIR / "orin_agx_mobilenetv3_gld23k_train.csv"
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def trace() -> Trace:
+    return Trace.load(MOBILENET)
+
+
+@pytest.fixture
+def board(trace: Trace) -> Iterator[EmulatedBoard]:
+    with EmulatedBoard("orin-agx", trace, time_scale=TS, strategy="binary-search") as b:
+        yield b
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = dict(os.environ, **extra)
+    env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
+    return env
+
+
+# ---- powerctl status on an idle board -----------------------------------------------------
+
+
+def test_status_on_an_idle_board_reports_idle_power_after_a_job(
+    board: EmulatedBoard, trace: Trace
+) -> None:
+    lowest_busy = min(r.power_w for r in trace.rows)
+    assert board.status()["power_w"] < lowest_busy  # idle from the start
+    baseline = knob_snapshot(board.root)
+    with powerd.request(budget_w=40, workload="busy", endpoint=board.endpoint) as job:
+        deadline = time.monotonic() + 20
+        while job.mode is None and time.monotonic() < deadline:
+            job.step()
+            time.sleep(0.01)
+        assert job.mode is not None
+        time.sleep(0.3)
+        busy = board.status()["power_w"]
+        assert busy > lowest_busy  # the job's load shows while powerd holds the board
+    deadline = time.monotonic() + 10
+    while knob_snapshot(board.root) != baseline and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.5)  # a few settling time constants and sampling periods
+    idle = board.status()["power_w"]
+    assert idle < lowest_busy, f"status still shows {idle} W on an idle board (busy {busy} W)"
+
+
+# ---- powerctl ... | head -------------------------------------------------------------------
+
+
+def test_powerctl_into_a_closed_pipe_exits_quietly(board: EmulatedBoard) -> None:
+    r, w = os.pipe()
+    os.close(r)  # the reader (`head`) is already gone when powerctl writes
+    try:
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                "import sys; from powerd.cli import ctl_main; sys.exit(ctl_main())",
+                "status",
+                "--json",
+            ],
+            stdout=w,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=_env(POWERD_ENDPOINT=board.endpoint),
+            timeout=30,
+        )
+    finally:
+        os.close(w)
+    assert "Traceback" not in proc.stderr and "BrokenPipe" not in proc.stderr, proc.stderr
+    assert proc.stderr == ""
+    assert proc.returncode == 141
+
+
+# ---- the pareto plot ----------------------------------------------------------------------
+
+
+def _reply(times: list[float], powers: list[float], extra: dict | None = None) -> p.Predictions:
+    rows = [
+        {
+            "cores": 12,
+            "cpu_khz": 2201600,
+            "gpu_hz": 1300500000 - i,
+            "emc_hz": 3199000000,
+            "time_ms": t,
+            "power_w": w,
+        }
+        for i, (t, w) in enumerate(zip(times, powers, strict=True))
+    ]
+    return p.Predictions(workload="w", rows=rows, extra=extra or {})
+
+
+def _tick_labels(fig) -> list[str]:  # noqa: ANN001
+    fig.canvas.draw()
+    ax = fig.axes[0]
+    return [t.get_text() for t in ax.get_yticklabels(which="both") if t.get_text()]
+
+
+@pytest.mark.parametrize(
+    "times",
+    [
+        [0.95, 0.85, 0.8, 0.7, 0.6, 0.55],  # under one decade: the old axis printed 8x10^-1
+        [900.0, 300.0, 80.0, 20.0, 6.0],  # over two decades: log axis
+    ],
+)
+def test_pareto_plot_has_plain_ms_ticks_a_budget_line_and_a_pick(tmp_path, times) -> None:
+    pytest.importorskip("matplotlib")
+    from matplotlib.lines import Line2D
+
+    from powerd.plot import pareto_figure, plot_pareto
+
+    powers = [10.0, 14.0, 18.0, 24.0, 30.0, 36.0][: len(times)]
+    reply = _reply(times, powers)
+    fig = pareto_figure(reply, budget_w=20.0)
+    labels = _tick_labels(fig)
+    assert len(labels) >= 2
+    for text in labels:
+        assert re.fullmatch(r"\d+(\.\d+)?", text), f"tick label {text!r} is not plain ms"
+    ax = fig.axes[0]
+    vlines = [
+        ln for ln in ax.get_lines() if isinstance(ln, Line2D) and list(ln.get_xdata()) == [20, 20]
+    ]
+    assert vlines, "no budget line at 20 W"
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert any(t.startswith("budget 20 W") for t in legend)
+    # the pick: the fastest front mode within 20 W
+    pick = [t for t in legend if t.startswith("predicted pick within the budget")]
+    want = min(t for t, w in zip(times, powers, strict=True) if w <= 20)
+    assert pick and f"{want:.3g} ms at" in pick[0], legend
+    out = tmp_path / "front.png"
+    plot_pareto(reply, str(out), budget_w=20.0)
+    assert out.stat().st_size > 1000
+
+
+def test_pareto_plot_marks_the_daemons_pinned_mode_over_a_guess() -> None:
+    pytest.importorskip("matplotlib")
+    from powerd.plot import pareto_figure
+
+    chosen = {"cores": 12, "cpu_khz": 1, "gpu_hz": 1, "emc_hz": 1, "time_ms": 0.9, "power_w": 12}
+    reply = _reply([0.95, 0.8, 0.6], [10.0, 18.0, 30.0], {"budget_w": 25.0, "chosen": chosen})
+    fig = pareto_figure(reply, budget_w=99.0)  # the reply's own budget wins
+    legend = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert "budget 25 W" in legend
+    assert any(t.startswith("pinned mode (measured): 0.9 ms at 12.0 W") for t in legend)
+
+
+# ---- tools/demo --serve ---------------------------------------------------------------------
+
+
+def test_demo_serve_prints_the_endpoint_and_restores_on_ctrl_c() -> None:
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "powerd.sim.demo",
+            "--serve",
+            "--strategy",
+            "binary-search",
+            "--time-scale",
+            str(TS),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=_env(),
+        cwd=REPO,
+    )
+    try:
+        assert proc.stdout is not None
+        endpoint = None
+        seen = []
+        deadline = time.monotonic() + 30
+        while endpoint is None and time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            assert line, "".join(seen)
+            seen.append(line)
+            m = re.search(r"export POWERD_ENDPOINT=(\S+)", line)
+            if m:
+                endpoint = m.group(1)
+        assert endpoint is not None, "".join(seen)
+        # one's own training script: the public API with the printed endpoint in the env
+        script = (
+            "import time, powerd\n"
+            "job = powerd.request(budget_w=30, workload='mine')\n"
+            "t = time.monotonic() + 20\n"
+            "while job.mode is None and time.monotonic() < t:\n"
+            "    job.step(); time.sleep(0.01)\n"
+            "print(job.phase, job.mode)\n"
+            # no close(): Ctrl-C on the daemon must still give the board back
+            "import os; os._exit(0 if job.mode is not None else 1)\n"
+        )
+        res = subprocess.run(
+            [sys.executable, "-c", script],
+            env=_env(POWERD_ENDPOINT=endpoint),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert res.returncode == 0, res.stdout + res.stderr
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=30)
+        assert "board restored to its baseline: yes" in out, out
+        assert proc.returncode == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+# ---- a user outside the socket group --------------------------------------------------------
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run a client as another user")
+@pytest.mark.parametrize(
+    "group, mode, words", [("adm", 0o660, "group 'adm'"), ("root", 0o600, "only root")]
+)
+def test_a_user_outside_the_socket_group_is_told_which_group(
+    tmp_path: Path, group: str, mode: int, words: str
+) -> None:
+    import grp
+    import pwd
+
+    d = tmp_path / "run"
+    d.mkdir()
+    for parent in (d, *d.parents):
+        if parent in (Path("/tmp"), Path("/")):
+            break
+        os.chmod(parent, 0o755)
+    sock = d / "powerd.sock"
+    sock.write_text("")  # the client checks access before it connects
+    os.chown(sock, 0, grp.getgrnam(group).gr_gid)
+    os.chmod(sock, mode)
+    nobody = pwd.getpwnam("nobody")
+    # a forked child drops to `nobody` (the interpreter's files may be root-only, so a fresh
+    # process as nobody could not even start)
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        code = 1
+        try:
+            os.close(r)
+            os.setgroups([])
+            os.setgid(nobody.pw_gid)
+            os.setuid(nobody.pw_uid)
+            try:
+                powerd.request(budget_w=20, endpoint=f"ipc://{sock}")
+            except powerd.DaemonUnavailable as exc:
+                os.write(w, str(exc).encode())
+                code = 3
+        finally:
+            os._exit(code)
+    os.close(w)
+    with os.fdopen(r) as f:
+        message = f.read()
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 3, message
+    assert words in message and str(sock) in message, message
+    if group != "root":
+        assert f"usermod -aG {group}" in message
