@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from powerd.modes import FIELDS, PowerMode
+from powerd.optimize.base import Measurement
 from powerd.optimize.inference import (
     InferenceGoal,
     InferencePlanner,
@@ -28,6 +29,16 @@ from powerd.optimize.inference import (
     drain_limit_ms,
     worst_latency_ms,
 )
+from powerd.optimize.interleave import (
+    InterleaveGoal,
+    InterleavePlanner,
+    MeasureJoint,
+    ServeJoint,
+    cycle_steps,
+    interleaved_latency_ms,
+    throughput_bound_hz,
+)
+from powerd.sim.trace import Trace
 
 P99_Z = 2.326  # the 99th percentile of a normal, in sds
 
@@ -194,3 +205,114 @@ def summarise(results: list[GoalResult]) -> Mapping[str, float]:
         if any(not r.feasible for r in results)
         else 100.0,
     }
+
+
+# ---- interleaved training + inference ---------------------------------------------------
+
+
+@dataclass
+class TrainMeasurer:
+    """A training trace measured like the profiler does: median step time and mean power
+    with the emulator's noise, seeded per mode."""
+
+    trace: Trace
+    time_rel: float = 0.01  # median of many steps with 2% jitter each
+    power_rel: float = 0.005
+    seed: str = ""
+
+    def __call__(self, mode: PowerMode) -> Measurement:
+        row = self.trace.lookup(mode)
+        z = _normals(f"{self.seed}/{self.trace.name}/{mode}", 2)
+        return Measurement(
+            mode,
+            row.time_ms * (1 + self.time_rel * z[0]),
+            row.power_w * (1 + self.power_rel * z[1]),
+        )
+
+
+def joint_truth(
+    train: Trace, infer: PairTrace, goal: InterleaveGoal, modes: np.ndarray
+) -> dict[str, np.ndarray]:
+    """True (trace) values over the joint grid of `modes` x the inference batch sizes."""
+    sizes = np.array(infer.batch_sizes)
+    gm = np.repeat(modes, len(sizes), axis=0)
+    gb = np.tile(sizes, len(modes))
+    t_i = np.array(
+        [infer.rows[Pair(PowerMode(*map(int, m)), int(b))][0] for m, b in zip(gm, gb, strict=True)]
+    )
+    p_i = np.array(
+        [infer.rows[Pair(PowerMode(*map(int, m)), int(b))][1] for m, b in zip(gm, gb, strict=True)]
+    )
+    rows = [train.lookup(PowerMode(*map(int, m))) for m in gm]
+    t_tr = np.array([r.time_ms for r in rows])
+    p_tr = np.array([r.power_w for r in rows])
+    return {"modes": gm, "b": gb, "t_inf": t_i, "p_inf": p_i, "t_tr": t_tr, "p_tr": p_tr}
+
+
+@dataclass
+class JointResult:
+    goal: InterleaveGoal
+    served: ServeJoint
+    probes: int
+    feasible: bool
+    latency_ok: bool
+    power_ok: bool
+    bound_share: float  # served pair's true bound / the best true bound (nan if infeasible)
+    cycle_share: float  # strict-cycle rate k*r/b over the served pair's own bound
+
+
+def solve_joint(
+    planner: InterleavePlanner,
+    goal: InterleaveGoal,
+    train: dict[PowerMode, Measurement],
+    infer: dict[Pair, PairMeasurement],
+    measure_train: TrainMeasurer,
+    measure_pair: PairMeasurer,
+    max_steps: int = 100,
+) -> tuple[ServeJoint, int]:
+    probes = 0
+    for _ in range(max_steps):
+        action = planner.next_action(goal, train, infer, probes_used=probes)
+        if isinstance(action, ServeJoint):
+            return action, probes
+        assert isinstance(action, MeasureJoint)
+        infer[action.pair] = measure_pair(action.pair)
+        train.setdefault(action.pair.mode, measure_train(action.pair.mode))
+        probes += 1
+    raise RuntimeError("interleave planner did not settle")
+
+
+def judge_joint(
+    truth: dict[str, np.ndarray],
+    goal: InterleaveGoal,
+    served: ServeJoint,
+    probes: int,
+    jitter: float,
+) -> JointResult:
+    b, t_i, t_tr = truth["b"], truth["t_inf"], truth["t_tr"]
+    p = np.maximum(truth["p_inf"], truth["p_tr"])
+    cyc = b * 1000.0 / goal.rate_hz
+    lat = interleaved_latency_ms(b, goal.rate_hz, t_i, t_tr)
+    ok = (p <= goal.budget_w) & (t_i <= 0.9 * cyc) & (t_i + t_tr <= cyc)
+    if goal.latency_ms is not None:
+        ok &= lat <= goal.latency_ms
+    bound = throughput_bound_hz(b, goal.rate_hz, t_i, t_tr)
+    key = served.pair.mode.as_tuple()
+    i = int(np.flatnonzero((truth["modes"] == key).all(axis=1) & (b == served.pair.batch_size))[0])
+    lat99 = interleaved_latency_ms(
+        b[i], goal.rate_hz, t_i[i] * (1 + P99_Z * jitter), t_tr[i] * (1 + P99_Z * jitter)
+    )
+    feasible = bool(ok.any())
+    best = float(bound[ok].max()) if feasible else float("nan")
+    k = cycle_steps(int(b[i]), goal.rate_hz, float(t_i[i]), float(t_tr[i]))
+    own = float(bound[i])
+    return JointResult(
+        goal,
+        served,
+        probes,
+        feasible,
+        goal.latency_ms is None or float(lat99) <= goal.latency_ms * 1.05,
+        float(p[i]) <= goal.budget_w + 0.5,
+        own / best if feasible and best > 0 else float("nan"),
+        (k * goal.rate_hz / b[i]) / own if own > 0 else float("nan"),
+    )
