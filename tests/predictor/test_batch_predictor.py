@@ -53,8 +53,13 @@ def test_reference_roundtrip_and_batch_dependence(resnet, tmp_path) -> None:
     assert t[1] > 3 * t[0]  # a batch of 64 takes much longer than a batch of 1
 
 
-@pytest.mark.parametrize("method", ["infer-ref", "train-head"])
-def test_transfer_to_an_unseen_workload_improves_on_the_prior(mobilenet, method) -> None:
+# Held-out MAPE bounds after 20 samples: the inference-corpus prior transfers better.
+@pytest.mark.parametrize(
+    ("method", "t_max", "p_max"), [("infer-ref", 0.25, 0.10), ("train-head", 0.30, 0.15)]
+)
+def test_transfer_to_an_unseen_workload_improves_on_the_prior(
+    mobilenet, method, t_max, p_max
+) -> None:
     prior = load_prior(method)
     rng = np.random.default_rng(1)
     idx = rng.choice(len(mobilenet.t_all), 20, replace=False)
@@ -63,7 +68,7 @@ def test_transfer_to_an_unseen_workload_improves_on_the_prior(mobilenet, method)
     t0, p0 = prior.predict(mobilenet.modes_all, mobilenet.b_all)
     assert mape(t, mobilenet.t_all) < mape(t0, mobilenet.t_all)
     assert mape(p, mobilenet.p_all) < mape(p0, mobilenet.p_all)
-    assert mape(t, mobilenet.t_all) < 0.30 and mape(p, mobilenet.p_all) < 0.10
+    assert mape(t, mobilenet.t_all) < t_max and mape(p, mobilenet.p_all) < p_max
 
 
 def test_one_sample_shifts_the_prior_through_it(mobilenet) -> None:
