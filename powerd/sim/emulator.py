@@ -204,6 +204,9 @@ class Emulator:
         self._watch_dirs: dict[int, Path] = {}
         self._due: dict[str, float] = {}  # timer name -> time.monotonic() deadline
         self.errors = 0  # exceptions inside the thread (logged; the thread goes on)
+        # What the GPU runs right now, as "mode -> board power" (powerd.sim.gpu sets it);
+        # None: the trace's power (a training job running flat out).
+        self._load: Callable[[PowerMode], float] | None = None
         self._load_state()
 
     # -- model ---------------------------------------------------------------------------
@@ -242,7 +245,7 @@ class Emulator:
         self._emc_rate = read_int(lay.emc_dir / "rate")
         self._effective = self._compute_effective()
         now = time.monotonic()
-        target = self.trace.lookup(self._effective).power_w
+        target = self._power_of(self._effective)
         self._p_from = self._p_target = target
         self._t_switch = now
         self._last_power_w = target
@@ -621,6 +624,20 @@ class Emulator:
         self._update_effective()
 
     # -- power and temperature -----------------------------------------------------------
+    def set_load(self, load: Callable[[PowerMode], float] | None) -> None:
+        """Board power follows what runs: `load(mode)` is the power of the work now on the
+        GPU (a training step, an inference batch, idle); None: back to the trace's power."""
+        with self._lock:
+            self._load = load
+            # A load change is a step (the rails follow within microseconds); a mode
+            # switch's settling transient, if one is under way, carries on around it.
+            delta = self._power_of(self._effective) - self._p_target
+            self._p_from += delta
+            self._p_target += delta
+
+    def _power_of(self, mode: PowerMode) -> float:
+        return self._load(mode) if self._load is not None else self.trace.lookup(mode).power_w
+
     def _settled_power(self, now: float) -> float:
         if self.settle_tau_s <= 0:
             return self._p_target
@@ -633,7 +650,7 @@ class Emulator:
             return
         now = time.monotonic()
         self._p_from = self._settled_power(now)
-        self._p_target = self.trace.lookup(mode).power_w
+        self._p_target = self._power_of(mode)
         self._t_switch = now
         self._effective = mode
         log.debug("effective mode %s -> %.2f W", mode, self._p_target)
