@@ -32,6 +32,8 @@ import numpy as np
 from powerd.modes import PowerMode
 
 DRAIN_FRACTION = 0.9  # t_inf <= 0.9 * b/r: the queue drains despite jitter
+# Pairs a re-solve may measure: the model's pick, and one more if that pick fails.
+RESOLVE_NEW_PAIRS = 2
 
 
 @dataclass(frozen=True, order=True)
@@ -211,16 +213,31 @@ class InferencePlanner:
 
     # -- the decision --------------------------------------------------------------------
     def next_action(
-        self, goal: InferenceGoal, samples: Mapping[Pair, PairMeasurement]
+        self,
+        goal: InferenceGoal,
+        samples: Mapping[Pair, PairMeasurement],
+        new_pairs: int = 0,
+        new_pairs_limit: int | None = None,
     ) -> InferenceAction:
-        """The next step towards the best pair whose measured latency and power fit `goal`."""
+        """The next step towards the best pair whose measured latency and power fit `goal`.
+
+        A re-solve (a rate or budget change of a profiled workload) passes the pairs it
+        measured since the change as `new_pairs` and a small `new_pairs_limit` (e.g.
+        RESOLVE_NEW_PAIRS): it then serves from the fitted model, measuring only to verify
+        its pick, unless no measured pair fits the new goal (then it searches as for a new
+        goal, within max_pairs)."""
         t, p = self.predictions(samples)
         measured = np.zeros(len(self._pairs), dtype=bool)
         for pair in samples:
             i = self._index.get(pair)
             if i is not None:
                 measured[i] = True
-        can_measure = len(samples) < self.max_pairs
+        # A re-solve stops looking for better once it has a measured fit pair and spent its
+        # verification pairs; without any fit pair it searches on like a new goal.
+        limited = new_pairs_limit is not None and new_pairs >= new_pairs_limit
+        can_measure = len(samples) < self.max_pairs and not (
+            limited and any(fit_for(m, goal) for m in samples.values())
+        )
         lat = worst_latency_ms(self.grid_b, goal.rate_hz, t)
         viol = self._violation(goal, t, p, lat)
         if can_measure and len(samples) < self.seeds:

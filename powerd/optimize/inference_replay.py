@@ -141,11 +141,13 @@ def solve_goal(
     samples: dict[Pair, PairMeasurement],
     measure: PairMeasurer,
     max_steps: int = 200,
+    new_pairs_limit: int | None = None,
 ) -> tuple[ServePair, int]:
-    """Run the planner to a ServePair, measuring into `samples` (shared across goals)."""
+    """Run the planner to a ServePair, measuring into `samples` (shared across goals).
+    `new_pairs_limit`: a re-solve's cap on new pairs (see InferencePlanner.next_action)."""
     probes = 0
     for _ in range(max_steps):
-        action = planner.next_action(goal, samples)
+        action = planner.next_action(goal, samples, probes, new_pairs_limit)
         if isinstance(action, ServePair):
             return action, probes
         assert isinstance(action, MeasurePair)

@@ -10,6 +10,7 @@ import pytest
 
 from powerd.modes import PowerMode
 from powerd.optimize.inference import (
+    RESOLVE_NEW_PAIRS,
     InferenceGoal,
     InferencePlanner,
     MeasurePair,
@@ -102,9 +103,12 @@ def test_rate_change_resolves_from_what_is_measured(mobilenet, prior) -> None:
     samples: dict[Pair, PairMeasurement] = {}
     first, probes = solve_goal(pl, InferenceGoal(30, 20, 200), samples, measure)
     assert probes > 0
-    second, probes2 = solve_goal(pl, InferenceGoal(45, 20, 200), samples, measure)
+    assert any(fit_for(m, InferenceGoal(45, 20, 200)) for m in samples.values())
+    second, probes2 = solve_goal(
+        pl, InferenceGoal(45, 20, 200), samples, measure, new_pairs_limit=RESOLVE_NEW_PAIRS
+    )
     # The fitted model carries over: at most a verification of a never-measured pick.
-    assert probes2 <= 3
+    assert probes2 <= RESOLVE_NEW_PAIRS
     assert second.feasible and fit_for(samples[second.pair], InferenceGoal(45, 20, 200))
     # Back to the first rate: everything is measured, nothing new is profiled.
     again, probes3 = solve_goal(pl, InferenceGoal(30, 20, 200), samples, measure)
