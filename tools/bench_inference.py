@@ -188,11 +188,81 @@ def interleaved(quick: bool) -> None:
         )
 
 
+def emulated(duration_s: float, scale: float) -> None:
+    """Both jobs through the real client on the emulated board (stand-in daemon serving a
+    fixed b at the board's default mode): client-measured p99 and training steps/s vs the
+    bound, for a few (b, rate) points."""
+    import tempfile
+    import threading
+    from pathlib import Path
+
+    from powerd.optimize.interleave import interleaved_latency_ms, throughput_bound_hz
+    from powerd.sim.emulator import Emulator
+    from powerd.sim.fake_daemon import FakeDaemon, FakeDecision
+    from powerd.sim.gpu import Gpu, idle_power
+    from powerd.sim.inference_job import load_batch_traces, run_inference_job
+    from powerd.sim.job import run_training_job
+    from powerd.sim.tree import build_tree
+
+    train = Trace.load(TRAIN)
+    batches = load_batch_traces(INFER["resnet18"])
+    for b, rate in ((4, 20.0), (16, 10.0), (32, 10.0)):
+        with tempfile.TemporaryDirectory() as d:
+            root = Path(d) / "board"
+            build_tree(root, "orin-agx", train)
+            with Emulator(root, "orin-agx", train, time_scale=0.1) as emu:
+                gpu = Gpu(emu, idle_power(batches[1]), time_scale=scale)
+                mode = emu.effective_mode()
+                ep = f"ipc://{d}/powerd.sock"
+                out: dict = {}
+                wall = duration_s * scale
+                with FakeDaemon(ep, FakeDecision(batch_size=b)):
+                    th = threading.Thread(
+                        target=lambda kw, o=out: o.setdefault("r", run_training_job(**kw)),
+                        args=(
+                            dict(
+                                root=root,
+                                trace=train,
+                                budget_w=20,
+                                workload="mobilenet",
+                                time_scale=scale,
+                                endpoint=ep,
+                                stay_tuned_s=wall,
+                                max_s=wall,
+                                gpu=gpu,
+                            ),
+                        ),
+                    )
+                    th.start()
+                    inf = run_inference_job(gpu, batches, rate, duration_s=duration_s, endpoint=ep)
+                    th.join()
+                tr = [s for s in gpu.log if s.kind == "training"]
+                ib = [s for s in gpu.log if s.kind.startswith("inference")]
+                start, stop = tr[0].start, min(tr[-1].end, ib[-1].end)
+                steps = sum(s.end <= stop for s in tr) / ((stop - start) / scale)
+                t_tr, t_inf = train.lookup(mode).time_ms, batches[b].lookup(mode).time_ms
+                bound = float(throughput_bound_hz(b, rate, t_inf, t_tr))
+                worst = float(interleaved_latency_ms(b, rate, t_inf, t_tr))
+                print(
+                    f"  b={b:2d} r={rate:4.0f}/s at {mode}: training {steps:.2f} steps/s = "
+                    f"{steps / bound:.3f} of the bound {bound:.2f}; inference p99 "
+                    f"{inf.p99_ms(skip=b):.0f} ms vs worst case {worst:.0f} ms"
+                )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--compare-priors", action="store_true", help="also run train-head")
     ap.add_argument("--quick", action="store_true", help="every other rate")
     ap.add_argument("--no-interleave", action="store_true")
+    ap.add_argument(
+        "--emulate",
+        type=float,
+        default=0.0,
+        metavar="S",
+        help="also run both jobs on the emulator for S trace seconds per point",
+    )
+    ap.add_argument("--scale", type=float, default=0.5, help="emulated GPU time scale")
     args = ap.parse_args()
     methods = ("infer-ref", "train-head") if args.compare_priors else ("infer-ref",)
     for method in methods:
@@ -201,6 +271,9 @@ def main() -> None:
     if not args.no_interleave:
         print("interleaved training + inference (planner replay, not yet through the daemon):")
         interleaved(args.quick)
+    if args.emulate > 0:
+        print("interleaved on the emulator (real client, stand-in daemon, FIFO GPU):")
+        emulated(args.emulate, args.scale)
 
 
 if __name__ == "__main__":

@@ -247,13 +247,13 @@ class InferencePlanner:
         if goal.latency_ms is not None:
             fit = [m for m in samples.values() if fit_for(m, goal)]
             if fit or self._worth_exploring(viol, measured, can_measure):
-                return self._search(goal, fit, p, lat, viol, measured, can_measure, True)
+                return self._search(goal, fit, p, lat, viol, measured, can_measure)
         # No latency target, or none can be met: the lowest latency within the budget.
         relaxed = InferenceGoal(goal.rate_hz, goal.budget_w, None)
         viol = self._violation(relaxed, t, p, lat)
         ok = [m for m in samples.values() if serves_within_budget(m, goal)]
         if ok or self._worth_exploring(viol, measured, can_measure):
-            action = self._search(relaxed, ok, lat, p, viol, measured, can_measure, False)
+            action = self._search(relaxed, ok, lat, p, viol, measured, can_measure)
             if isinstance(action, ServePair):
                 feasible = goal.latency_ms is None or action.latency_ms <= goal.latency_ms
                 action = self._serve(samples[action.pair], goal, feasible)
@@ -294,7 +294,6 @@ class InferencePlanner:
         viol: np.ndarray,
         measured: np.ndarray,
         can_measure: bool,
-        _with_latency: bool,
     ) -> InferenceAction:
         """Best measured fit pair, unless an unmeasured pair is predicted better by more
         than min_gain (then measure it). With no fit pair yet: the unmeasured pair predicted
