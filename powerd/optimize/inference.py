@@ -157,7 +157,9 @@ class InferencePlanner:
     - `explore`: with no measured pair fitting, keep measuring the pair predicted to miss
       the goal by the least, while that miss is below this fraction (the model may be off);
     - `min_gain`: stop measuring when no unmeasured candidate is predicted better than
-      the best fit pair by more than this fraction (power, or latency without L).
+      the best fit pair by more than this fraction (power, or latency without L);
+    - `refine`: then step the least-power pick down one knob at a time while the step is
+      predicted to keep the latency (see `_step_down`).
     """
 
     def __init__(
@@ -172,6 +174,7 @@ class InferencePlanner:
         power_margin_w: float = 0.3,
         min_gain: float = 0.02,
         explore: float = 0.15,
+        refine: bool = True,
     ):
         arr = np.array(
             [m.as_tuple() if isinstance(m, PowerMode) else tuple(m) for m in modes], dtype=np.int64
@@ -198,6 +201,8 @@ class InferencePlanner:
         self.power_margin_w = power_margin_w
         self.min_gain = min_gain
         self.explore = explore
+        self.refine = refine
+        self._axes = [np.unique(arr[:, j]) for j in range(4)]
         self._cache: tuple[frozenset[Pair], tuple[np.ndarray, np.ndarray]] | None = None
 
     def pair(self, i: int) -> Pair:
@@ -303,6 +308,8 @@ class InferencePlanner:
             if can_measure:
                 bound = (1 - self.min_gain) * self._objective(best, goal)[0]
                 nxt = self._best_index((viol == 0) & ~measured & (score < bound), score, tie)
+                if nxt is None and self.refine and goal.latency_ms is not None:
+                    nxt = self._step_down(best.pair, viol, measured, score)
                 if nxt is not None:
                     return MeasurePair(self._pairs[nxt])
             return self._serve(best, goal, feasible=True)
@@ -311,6 +318,28 @@ class InferencePlanner:
             nxt = self._best_index(~measured, viol, score)
         assert nxt is not None  # callers checked _worth_exploring
         return MeasurePair(self._pairs[nxt])
+
+    def _step_down(
+        self, pair: Pair, viol: np.ndarray, measured: np.ndarray, score: np.ndarray
+    ) -> int | None:
+        """Model-free refinement of the least-power pick: the same batch size one step lower
+        on one knob (a lower clock or fewer cores draws less power whatever the model says),
+        if predicted to still meet latency and drain. The power model's ranking of nearby
+        modes is the weakest part of a fresh fit (e.g. the memory clock's share)."""
+        here = np.array(pair.mode.as_tuple())
+        cands = []
+        for axis, values in enumerate(self._axes):
+            k = int(np.searchsorted(values, here[axis]))
+            if k == 0:
+                continue
+            down = here.copy()
+            down[axis] = values[k - 1]
+            i = self._index.get(Pair(PowerMode(*map(int, down)), pair.batch_size))
+            if i is not None and not measured[i] and viol[i] == 0:
+                cands.append(i)
+        if not cands:
+            return None
+        return min(cands, key=lambda i: (score[i], i))
 
     def _violation(
         self,
