@@ -393,3 +393,46 @@ class InferencePlanner:
     def _serve(self, m: PairMeasurement, goal: InferenceGoal, feasible: bool) -> ServePair:
         lat = float(worst_latency_ms(m.pair.batch_size, goal.rate_hz, m.tail_ms))
         return ServePair(m.pair, feasible, lat, m.power_w, m.power_w <= goal.budget_w)
+
+
+class InferenceSession:
+    """One inference job's goal over time, on top of the workload's planner: what the
+    daemon's inference planner keeps per job. It counts the pairs measured since the goal
+    last changed, so that a rate or budget change is a *re-solve* (RESOLVE_NEW_PAIRS at most
+    while a measured pair fits) and the first goal is a full search.
+
+        session = InferenceSession(planner, InferenceGoal(30, 15, 100))
+        action = session.next_action(samples)      # MeasurePair | ServePair
+        session.measured(pair)                     # after the profiler stored its sample
+        session.set_rate(45); session.set_budget(12)
+    """
+
+    def __init__(self, planner: InferencePlanner, goal: InferenceGoal, profiled: bool = False):
+        self.planner = planner
+        self.goal = goal
+        self.new_pairs = 0
+        # A workload with samples from earlier jobs re-solves from them like a rate change.
+        self._resolving = profiled
+        self.served: ServePair | None = None
+
+    def next_action(self, samples: Mapping[Pair, PairMeasurement]) -> InferenceAction:
+        limit = RESOLVE_NEW_PAIRS if self._resolving else None
+        action = self.planner.next_action(self.goal, samples, self.new_pairs, limit)
+        if isinstance(action, ServePair):
+            self.served = action
+        return action
+
+    def measured(self, pair: Pair) -> None:
+        self.new_pairs += 1
+
+    def _change(self, goal: InferenceGoal) -> None:
+        self.goal = goal
+        self.new_pairs = 0
+        self._resolving = True
+        self.served = None
+
+    def set_rate(self, rate_hz: float) -> None:
+        self._change(InferenceGoal(rate_hz, self.goal.budget_w, self.goal.latency_ms))
+
+    def set_budget(self, budget_w: float) -> None:
+        self._change(InferenceGoal(self.goal.rate_hz, budget_w, self.goal.latency_ms))

@@ -151,3 +151,32 @@ def test_grid_replay_on_an_unseen_workload(mobilenet, prior) -> None:
     assert s["within_budget_pct"] == 100.0
     assert s["meet_pct"] >= 90.0
     assert s["max_probes"] <= 30
+
+
+def test_session_full_search_then_resolves(mobilenet, prior) -> None:
+    from powerd.optimize.inference import InferenceSession
+
+    pl = planner(mobilenet, prior)
+    measure = PairMeasurer(mobilenet)
+    samples: dict[Pair, PairMeasurement] = {}
+    session = InferenceSession(pl, InferenceGoal(30, 20, 200))
+
+    def settle() -> tuple[ServePair, int]:
+        n = 0
+        while True:
+            action = session.next_action(samples)
+            if isinstance(action, ServePair):
+                return action, n
+            samples[action.pair] = measure(action.pair)
+            session.measured(action.pair)
+            n += 1
+
+    first, n1 = settle()
+    assert first.feasible and n1 >= 2 and session.served == first
+    session.set_rate(45)
+    assert session.served is None and session.goal.rate_hz == 45
+    second, n2 = settle()
+    assert second.feasible and n2 <= RESOLVE_NEW_PAIRS
+    session.set_budget(17)
+    third, n3 = settle()
+    assert samples[third.pair].power_w <= 17
