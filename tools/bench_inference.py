@@ -76,8 +76,21 @@ def inference_alone(method: str, quick: bool) -> None:
         goals = [InferenceGoal(r, b, lat) for r in rates for lat in LATENCIES for b in BUDGETS]
         planner = InferencePlanner(trace.modes, trace.batch_sizes, make_fitter(prior, method))
         t0 = time.perf_counter()
-        res = replay_goals(planner, trace, goals, PairMeasurer(trace))
+        measurer = PairMeasurer(trace)
+        seen: list[Pair] = []
+
+        def measure(pair: Pair, m=measurer, seen=seen) -> PairMeasurement:
+            seen.append(pair)
+            return m(pair)
+
+        res = replay_goals(planner, trace, goals, measure)
         s = summarise(res)
+        # Time to a settled decision, estimated as the profiler would spend it: per pair a
+        # 2 s settle after the switch plus max(4 s window, 5 batches at the goal's rate).
+        settle_s, k = [], 0
+        for r in res:
+            pairs, k = seen[k : k + r.probes], k + r.probes
+            settle_s.append(sum(2.0 + max(4.0, 5 * p.batch_size / r.goal.rate_hz) for p in pairs))
         # Points where no pair at all is within the budget cannot stay within it.
         possible = [r for r in res if (trace.p_all <= r.goal.budget_w).any()]
         within = 100.0 * np.mean([r.within_budget for r in possible]) if possible else 100.0
@@ -89,7 +102,8 @@ def inference_alone(method: str, quick: bool) -> None:
             f"({len(possible)} points with any pair under B), median power / optimal "
             f"{s['median_power_ratio']:.3f}, no-L median latency / best "
             f"{np.median(no_l):.3f}, pairs profiled median {s['median_probes']:.0f} "
-            f"max {s['max_probes']}, infeasible flagged {pct(s['infeasible_flagged_pct'])} "
+            f"max {s['max_probes']}, time to decision (est.) median {np.median(settle_s):.0f} s "
+            f"max {max(settle_s):.0f} s, infeasible flagged {pct(s['infeasible_flagged_pct'])} "
             f"({time.perf_counter() - t0:.1f} s)"
         )
         # Rate changes on one workload: new pairs after the first rate.

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import csv
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -139,7 +139,7 @@ def solve_goal(
     planner: InferencePlanner,
     goal: InferenceGoal,
     samples: dict[Pair, PairMeasurement],
-    measure: PairMeasurer,
+    measure: Callable[[Pair], PairMeasurement],
     max_steps: int = 200,
     new_pairs_limit: int | None = None,
 ) -> tuple[ServePair, int]:
@@ -176,7 +176,7 @@ def replay_goals(
     planner: InferencePlanner,
     trace: PairTrace,
     goals: list[InferenceGoal],
-    measure: PairMeasurer,
+    measure: Callable[[Pair], PairMeasurement],
     shared: bool = False,
 ) -> list[GoalResult]:
     """Each goal as a new workload (fresh samples), or all goals sharing one workload's
@@ -187,7 +187,7 @@ def replay_goals(
         if not shared:
             samples = {}
         served, probes = solve_goal(planner, goal, samples, measure)
-        out.append(judge(trace, goal, served, probes, measure.time_rel))
+        out.append(judge(trace, goal, served, probes, getattr(measure, "time_rel", 0.02)))
     return out
 
 
