@@ -436,3 +436,39 @@ class InferenceSession:
 
     def set_budget(self, budget_w: float) -> None:
         self._change(InferenceGoal(self.goal.rate_hz, budget_w, self.goal.latency_ms))
+
+
+def latency_power_front(
+    predictor: PairPredictor,
+    modes: np.ndarray,
+    batch_sizes: Sequence[int],
+    rate_hz: float,
+) -> list[dict[str, float | int | bool]]:
+    """The predicted (worst-case latency, power) Pareto front per batch size at `rate_hz`,
+    for `powerctl pareto --kind inference --rate R`: rows sorted by batch size, then power."""
+    from powerd.optimize.pareto import pareto_front
+
+    arr = np.asarray(modes, dtype=np.int64).reshape(-1, 4)
+    rows: list[dict[str, float | int | bool]] = []
+    for b in sorted({int(x) for x in batch_sizes}):
+        bs = np.full(len(arr), b, dtype=np.int64)
+        t, p = predictor.predict(arr, bs)
+        t, p = np.asarray(t, float), np.asarray(p, float)
+        lat = worst_latency_ms(bs, rate_hz, t)
+        drain = drain_limit_ms(b, rate_hz)
+        for i in pareto_front(lat, p):
+            c, cpu, gpu, emc = (int(x) for x in arr[i])
+            rows.append(
+                {
+                    "batch_size": b,
+                    "cores": c,
+                    "cpu_khz": cpu,
+                    "gpu_hz": gpu,
+                    "emc_hz": emc,
+                    "batch_ms": float(t[i]),
+                    "latency_ms": float(lat[i]),
+                    "power_w": float(p[i]),
+                    "drains": bool(t[i] <= drain),
+                }
+            )
+    return rows

@@ -180,3 +180,18 @@ def test_session_full_search_then_resolves(mobilenet, prior) -> None:
     session.set_budget(17)
     third, n3 = settle()
     assert samples[third.pair].power_w <= 17
+
+
+def test_latency_power_front_per_batch_size(mobilenet, prior) -> None:
+    from powerd.optimize.inference import latency_power_front
+
+    rows = latency_power_front(prior, mobilenet.modes, (1, 16), 30.0)
+    assert {r["batch_size"] for r in rows} == {1, 16}
+    for b in (1, 16):
+        front = [r for r in rows if r["batch_size"] == b]
+        # Along a front, more power buys strictly less latency.
+        for lo, hi in zip(front, front[1:], strict=False):
+            assert hi["power_w"] > lo["power_w"] and hi["latency_ms"] < lo["latency_ms"]
+        assert all(
+            r["latency_ms"] == pytest.approx((b - 1) / 30 * 1000 + r["batch_ms"]) for r in front
+        )
