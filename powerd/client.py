@@ -16,6 +16,7 @@ import queue
 import stat
 import threading
 import time
+from collections.abc import Sequence
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 
@@ -558,34 +559,155 @@ class Job:
 
 
 class InferenceJob(Job):
+    """An inference job's lease: powerd picks the batch size and mode for its arrival rate,
+    latency target and power budget. One `with job.batch(size=b):` per batch."""
+
     kind = "inference"
+
+    def __init__(self, conn: Connection, state: p.JobState):
+        super().__init__(conn, state)
+        self._gate = _GateChannel(conn.endpoint)
 
     @property
     def batch_size(self) -> int:
+        """The batch size powerd chose: form batches of exactly this size."""
         return self._state.batch_size or 1
 
+    @property
+    def feasible(self) -> bool:
+        """False when no (mode, batch size) meets latency_ms under budget_w (then powerd
+        serves with `best_latency_ms`). True until the daemon says otherwise."""
+        return self._state.feasible is not False
+
+    @property
+    def best_latency_ms(self) -> float | None:
+        """When infeasible: the lowest worst-case latency achievable under the budget."""
+        return self._state.best_latency_ms
+
     def batch(self, size: int | None = None) -> _Batch:
-        """Context manager around one inference batch; leaving it reports the batch."""
-        return _Batch(self)
+        """Context manager around one inference batch. Entering may wait for the GPU (a
+        training step in flight, under managed interleaving); leaving reports the batch."""
+        return _Batch(self, size)
 
     def set_rate(self, rate_hz: float) -> None:
+        """The arrival rate changed: powerd re-solves from what it measured. Returns once the
+        daemon accepted the rate (`batch_size` may change)."""
         reply = self._conn.call(p.SetRate(job=self.id, rate_hz=rate_hz))
         assert isinstance(reply, p.JobState)
         with self._lock:
             self._state = reply
 
+    def close(self) -> None:
+        self._gate.close()
+        super().close()
+
+
+class _GateChannel:
+    """The socket a managed-interleaving gate is entered through.
+
+    Used from the thread that runs batches (a ZeroMQ socket is not thread-safe, hence the
+    lock), separate from the connection thread so that entering is one round trip with no
+    polling interval in the way. The daemon answers "enter" when the GPU is free; a wait
+    never lasts longer than the JobState's gate_timeout_ms (a daemon that lost the other
+    job, or this one, must not block inference)."""
+
+    def __init__(self, endpoint: str):
+        self.endpoint = endpoint
+        self._sock: zmq.Socket | None = None
+        self._lock = threading.Lock()
+        self._ids = itertools.count(1)
+        self.timeouts = 0
+
+    def _socket(self) -> zmq.Socket:
+        if self._sock is None:
+            sock = zmq.Context.instance().socket(zmq.DEALER)
+            sock.setsockopt(zmq.LINGER, 100)
+            sock.connect(self.endpoint)
+            self._sock = sock
+        return self._sock
+
+    def enter(self, state: p.JobState, size: int) -> float:
+        """Block until the daemon opens the gate; returns the seconds waited."""
+        t0 = time.monotonic()
+        deadline = t0 + state.gate_timeout_ms / 1000.0
+        with self._lock:
+            sock = self._socket()
+            msg = p.Gate(
+                id=next(self._ids),
+                job=state.job,
+                token=state.gate_token or "",
+                op="enter",
+                size=size,
+                t=t0,
+            )
+            sock.send(p.encode(msg))
+            while True:
+                left = deadline - time.monotonic()
+                if left <= 0 or not sock.poll(max(1, int(left * 1000))):
+                    self.timeouts += 1
+                    log.warning(
+                        "powerd: no gate answer within %d ms; running the batch anyway",
+                        state.gate_timeout_ms,
+                    )
+                    break
+                try:
+                    reply = p.decode_reply(sock.recv())
+                except ValidationError:
+                    continue
+                if reply.id != msg.id:
+                    continue  # the late answer to an enter that timed out
+                if isinstance(reply, p.Error):
+                    log.warning("powerd: gate: %s: %s", reply.code, reply.message)
+                break
+        return time.monotonic() - t0
+
+    def leave(self, state: p.JobState, size: int, t: float) -> None:
+        with self._lock:
+            msg = p.Gate(
+                id=next(self._ids),
+                job=state.job,
+                token=state.gate_token or "",
+                op="leave",
+                size=size,
+                t=t,
+            )
+            self._socket().send(p.encode(msg))
+
+    def close(self) -> None:
+        with self._lock:
+            if self._sock is not None:
+                self._sock.close()
+                self._sock = None
+
 
 class _Batch:
-    def __init__(self, job: InferenceJob):
+    """One batch: enters the gate when the daemon manages the GPU, times the batch, and
+    reports it (end time and duration) on the job's connection when it leaves."""
+
+    __slots__ = ("_job", "_size", "_t0", "_managed", "_state", "waited_s")
+
+    def __init__(self, job: InferenceJob, size: int | None):
         self._job = job
+        self._size = size
         self._t0 = 0.0
+        self._managed = False
+        self._state: p.JobState | None = None
+        self.waited_s = 0.0
 
     def __enter__(self) -> _Batch:
+        state = self._job._state
+        self._managed = state.gate == "managed" and bool(state.gate_token)
+        if self._managed:
+            self._state = state
+            self.waited_s = self._job._gate.enter(state, self._size or self._job.batch_size)
         self._t0 = time.monotonic()
         return self
 
     def __exit__(self, *exc: object) -> None:
         t1 = time.monotonic()
+        if self._managed and self._state is not None:
+            # Give the GPU back first: the other job may be waiting on it.
+            self._job._gate.leave(self._state, self._size or self._job.batch_size, t1)
         self._job._durations.append(t1 - self._t0)
         self._job._steps.append(t1)
 
@@ -598,6 +720,8 @@ class NoopJob:
     batch_size = 1
     connected = False
     steps_dropped = 0
+    feasible = True
+    best_latency_ms = None
     message = "no powerd daemon: running without power management"
 
     def __init__(self, kind: str, budget_w: float | None):
@@ -645,6 +769,7 @@ def request(
     rate_hz: float | None = None,
     required: bool = True,
     endpoint: str | None = None,
+    batch_sizes: Sequence[int] | None = None,
 ) -> Job | InferenceJob | NoopJob:
     """Ask powerd for a power budget (None = the admin's default) and register this job."""
     global _warned_noop
@@ -656,6 +781,7 @@ def request(
         latency_ms=latency_ms,
         rate_hz=rate_hz,
         pid=os.getpid(),
+        batch_sizes=None if batch_sizes is None else [int(b) for b in batch_sizes],
     )
     try:
         _check_ipc_path(ep)

@@ -70,6 +70,8 @@ class Register(_Msg):
     latency_ms: FiniteFloat | None = Field(None, gt=0, le=1e7)
     rate_hz: FiniteFloat | None = Field(None, gt=0, le=1e6)
     pid: int | None = Field(None, ge=0, le=2**31)
+    # Inference: the batch sizes the job can run (powerd picks one; None = the daemon's default)
+    batch_sizes: list[Annotated[int, Field(ge=1, le=65536)]] | None = Field(None, max_length=64)
 
 
 class Steps(_Msg):
@@ -102,6 +104,23 @@ class SetRate(_Msg):
     type: Literal["set_rate"] = "set_rate"
     job: JobId
     rate_hz: FiniteFloat = Field(gt=0, le=1e6)
+
+
+class Gate(_Msg):
+    """Managed interleaving: ask for the GPU before a batch ("enter": the daemon answers
+    with GateOpen when the slot is free) and give it back after ("leave": no reply). Sent on
+    the job's gate socket, authenticated by the token of the job's JobState (that socket
+    is not the connection that registered the job).
+
+    Not yet in `Request`/REQUEST_TYPES: the daemon adds it there together with its handler
+    (until then it never sends gate="managed", so clients never send it)."""
+
+    type: Literal["gate"] = "gate"
+    job: JobId
+    token: str = Field(max_length=64)
+    op: Literal["enter", "leave"]
+    size: int | None = Field(None, ge=1, le=65536)  # the batch size about to run / that ran
+    t: FiniteFloat | None = None  # client CLOCK_MONOTONIC seconds of the event
 
 
 class Close(_Msg):
@@ -175,9 +194,22 @@ class JobState(_Msg):
     batch_size: int | None = None
     heartbeat_ms: int = 1000
     message: str = ""
-    # False: no mode meets the budget (the job holds the lowest-power mode measured);
-    # None: not decided yet
+    # False: no mode meets the budget (training: the job holds the lowest-power mode
+    # measured; inference: no (mode, batch size) meets latency_ms under budget_w, and
+    # best_latency_ms is the worst-case latency powerd serves with); None: not decided yet
     feasible: bool | None = None
+    best_latency_ms: float | None = None
+    # "managed": enter each batch through the gate (another job shares the GPU); "open": no gate.
+    gate: Literal["open", "managed"] = "open"
+    gate_token: str | None = Field(None, max_length=64)
+    gate_timeout_ms: int = 5000  # the longest a gate wait may last (heartbeat timeout)
+
+
+class GateOpen(_Msg):
+    """The answer to Gate(op="enter"): the GPU slot is this job's until it leaves."""
+
+    type: Literal["gate_open"] = "gate_open"
+    job: JobId
 
 
 class Ok(_Msg):
@@ -215,7 +247,9 @@ class Error(_Msg):
     details: dict[str, Any] = Field(default_factory=dict)
 
 
-Reply = Annotated[JobState | Ok | StatusReply | Predictions | Error, Field(discriminator="type")]
+Reply = Annotated[
+    JobState | GateOpen | Ok | StatusReply | Predictions | Error, Field(discriminator="type")
+]
 _reply_adapter: TypeAdapter[Reply] = TypeAdapter(Reply)
 
 

@@ -232,6 +232,9 @@ class Emulator:
         self._watch_dirs: dict[int, Path] = {}
         self._due: dict[str, float] = {}  # timer name -> time.monotonic() deadline
         self.errors = 0  # exceptions inside the thread (logged; the thread goes on)
+        # What the GPU runs right now, as "mode -> board power" (powerd.sim.gpu sets it);
+        # None: the trace's power (a training job running flat out).
+        self._load: Callable[[PowerMode], float] | None = None
         self._load_state()
 
     # -- model ---------------------------------------------------------------------------
@@ -282,7 +285,11 @@ class Emulator:
         return (frozenset(self._online), self._emc_locked, [(w.min, w.max) for w in windows])
 
     def _load_power(self) -> float:
-        """The settled power for the effective mode and the load (see `idle_w`)."""
+        """The settled power for the effective mode and the load: what `set_load` says runs
+        on the GPU, else the trace's training power while a job holds the board (see
+        `idle_w`)."""
+        if self._load is not None:
+            return self._load(self._effective)
         if self._loaded or self.idle_w is None:
             return self.trace.lookup(self._effective).power_w
         return self.idle_w
@@ -696,6 +703,17 @@ class Emulator:
         self._update_effective()
 
     # -- power and temperature -----------------------------------------------------------
+    def set_load(self, load: Callable[[PowerMode], float] | None) -> None:
+        """Board power follows what runs: `load(mode)` is the power of the work now on the
+        GPU (a training step, an inference batch, idle); None: back to the trace's power."""
+        with self._lock:
+            self._load = load
+            # A load change is a step (the rails follow within microseconds); a mode
+            # switch's settling transient, if one is under way, carries on around it.
+            delta = self._load_power() - self._p_target
+            self._p_from += delta
+            self._p_target += delta
+
     def _settled_power(self, now: float) -> float:
         if self.settle_tau_s <= 0:
             return self._p_target

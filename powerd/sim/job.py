@@ -12,11 +12,15 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import powerd
 from powerd.modes import PowerMode
 from powerd.sim.emulator import read_effective_mode
 from powerd.sim.trace import Trace
+
+if TYPE_CHECKING:
+    from powerd.sim.gpu import Gpu
 
 
 @dataclass
@@ -43,8 +47,12 @@ def run_training_job(
     seed: int = 0,
     on_step: Callable[[powerd.Job, JobRun], None] | None = None,
     set_budget_at: list[tuple[int, float]] | None = None,
+    gpu: Gpu | None = None,
 ) -> JobRun:
-    """Train until the daemon has held a tuned mode for `stay_tuned_s`, or `max_s` passed."""
+    """Train until the daemon has held a tuned mode for `stay_tuned_s`, or `max_s` passed.
+
+    With `gpu`, each step runs on the emulated GPU (queued FIFO with other jobs' work, board
+    power following it) instead of a plain sleep."""
     rng = random.Random(seed)
     run = JobRun()
     pending_budgets = sorted(set_budget_at or [])
@@ -72,6 +80,14 @@ def run_training_job(
                 tuned_since = None
             if now - t0 > max_s:
                 break
+            if gpu is not None:
+                jitter = max(0.5, rng.gauss(1.0, noise))
+                gpu.run("training", lambda m: trace.lookup(m).time_ms, gpu_power(trace), jitter)
+                job.step()
+                run.steps += 1
+                if on_step is not None:
+                    on_step(job, run)
+                continue
             mode = read_effective_mode(root)
             step_s = trace.lookup(mode).time_ms / 1000.0 * time_scale
             step_s *= max(0.5, rng.gauss(1.0, noise))
@@ -86,3 +102,7 @@ def run_training_job(
         run.final_phase = job.phase
     run.seconds = time.monotonic() - t0
     return run
+
+
+def gpu_power(trace: Trace) -> Callable[[PowerMode], float]:
+    return lambda mode: trace.lookup(mode).power_w

@@ -1,0 +1,474 @@
+"""The inference planner: which (power mode, batch size) pair to measure next, and which to serve.
+
+Pure, like the training strategies of :mod:`powerd.optimize.base`: given the goal (arrival
+rate r, latency target L or none, power budget B) and every pair measured so far for the
+workload, it answers at once; it never touches hardware and never waits.
+
+A batch of b requests fills in b/r s, so the first request of a batch waits (b-1)/r s for
+the batch to fill, then t_inf(mode, b) for the batch to run:
+
+    worst-case latency = (b-1)/r + t_inf(mode, b)
+
+A pair is *fit* for a goal when its measured worst-case latency <= L, its measured batch
+time <= 0.9 * b/r (the queue drains despite jitter) and its measured power while batches
+run <= B. Objective: the fit pair of least power; without L, the pair of least latency
+under B. Only pairs whose *measured* latency and power fit are ever served; predictions
+only decide what to measure. When no pair can fit, the planner serves the lowest
+worst-case latency under the budget and says so (``feasible=False``, ``best_latency_ms``).
+
+Because the plan is re-derived from the samples, a rate change re-solves from what is
+measured and fitted; it asks for a measurement only when the new pick was never measured.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+from powerd.modes import PowerMode
+
+DRAIN_FRACTION = 0.9  # t_inf <= 0.9 * b/r: the queue drains despite jitter
+# Pairs a re-solve may measure: the model's pick, and one more if that pick fails.
+RESOLVE_NEW_PAIRS = 2
+
+
+@dataclass(frozen=True, order=True)
+class Pair:
+    mode: PowerMode
+    batch_size: int
+
+
+@dataclass(frozen=True)
+class PairMeasurement:
+    """What was measured while serving batches of one pair."""
+
+    pair: Pair
+    batch_ms: float  # median batch time (ms); nan if none finished
+    power_w: float  # mean board power while batches ran (not over the gaps between them)
+    batch_p99_ms: float | None = None  # tail batch time; latency checks use it when known
+    batches: int = 0
+
+    @property
+    def tail_ms(self) -> float:
+        return self.batch_p99_ms if self.batch_p99_ms is not None else self.batch_ms
+
+
+@dataclass(frozen=True)
+class InferenceGoal:
+    rate_hz: float
+    budget_w: float
+    latency_ms: float | None = None
+
+    def __post_init__(self) -> None:
+        if not self.rate_hz > 0:
+            raise ValueError(f"rate_hz must be > 0, got {self.rate_hz}")
+        if self.latency_ms is not None and not self.latency_ms > 0:
+            raise ValueError(f"latency_ms must be > 0, got {self.latency_ms}")
+
+
+def worst_latency_ms(batch_size: np.ndarray | int, rate_hz: float, batch_ms: np.ndarray | float):
+    """(b-1)/r + t_inf, in ms."""
+    return (np.asarray(batch_size) - 1) * 1000.0 / rate_hz + np.asarray(batch_ms)
+
+
+def drain_limit_ms(batch_size: np.ndarray | int, rate_hz: float):
+    """The longest batch time that still lets the queue drain: 0.9 * b/r, in ms."""
+    return DRAIN_FRACTION * np.asarray(batch_size) * 1000.0 / rate_hz
+
+
+def fit_for(m: PairMeasurement, goal: InferenceGoal) -> bool:
+    """Does this pair's *measured* latency, drain time and power meet the goal?"""
+    return serves_within_budget(m, goal) and (
+        goal.latency_ms is None
+        or float(worst_latency_ms(m.pair.batch_size, goal.rate_hz, m.tail_ms)) <= goal.latency_ms
+    )
+
+
+def serves_within_budget(m: PairMeasurement, goal: InferenceGoal) -> bool:
+    """Measured power within B and a queue that drains (latency not considered)."""
+    b = m.pair.batch_size
+    return (
+        math.isfinite(m.tail_ms)
+        and m.power_w <= goal.budget_w
+        and m.tail_ms <= float(drain_limit_ms(b, goal.rate_hz))
+    )
+
+
+# ---- actions ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MeasurePair:
+    """Serve batches of this size in this mode and measure them, then ask again."""
+
+    pair: Pair
+
+
+@dataclass(frozen=True)
+class ServePair:
+    """Serve with this pair. Its measured latency and power fit the goal, unless
+    `feasible` is False: then it is the lowest worst-case latency measured under the
+    budget (`best_latency_ms`), or, if no measured pair is within the budget at all, the
+    lowest-power pair measured (`within_budget` False)."""
+
+    pair: Pair
+    feasible: bool
+    latency_ms: float  # measured worst-case latency of the pair at the goal's rate
+    power_w: float  # measured power while its batches run
+    within_budget: bool = True
+
+    @property
+    def best_latency_ms(self) -> float | None:
+        return None if self.feasible else self.latency_ms
+
+
+InferenceAction = MeasurePair | ServePair
+
+
+class PairPredictor(Protocol):
+    """A fitted model of one workload's batch time and power over (mode, batch size)."""
+
+    def predict(self, modes: np.ndarray, batch_sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """modes (N, 4) ints, batch_sizes (N,) ints -> (batch_ms, power_w), each (N,)."""
+
+
+PairFitter = Callable[[Mapping[Pair, PairMeasurement]], PairPredictor]
+
+
+# ---- the planner --------------------------------------------------------------------------
+
+
+class InferencePlanner:
+    """Plans one inference workload's profiling and serving over a grid of pairs.
+
+    `modes`: (N, 4) array of the mode space; `batch_sizes`: the sizes the job can run;
+    `fitter(samples)` returns a :class:`PairPredictor` (with no samples: the prior, e.g.
+    a reference model). Knobs:
+
+    - `max_pairs`: distinct pairs measured for the workload over all its goals;
+    - `seeds`: pairs measured before trusting the fitted model's pick (a few spread
+      pairs predicted within the budget give the refit scale in both batch size and mode);
+    - `time_margin`, `power_margin_w`: a predicted pair counts as a candidate only with
+      this headroom, so that its measurement is likely to fit;
+    - `explore`: with no measured pair fitting, keep measuring the pair predicted to miss
+      the goal by the least, while that miss is below this fraction (the model may be off);
+    - `min_gain`: stop measuring when no unmeasured candidate is predicted better than
+      the best fit pair by more than this fraction (power, or latency without L);
+    - `refine`: then step the least-power pick down one knob at a time while the step is
+      predicted to keep the latency (see `_step_down`).
+    """
+
+    def __init__(
+        self,
+        modes: np.ndarray | Sequence[PowerMode],
+        batch_sizes: Sequence[int],
+        fitter: PairFitter,
+        *,
+        max_pairs: int = 30,
+        seeds: int = 2,
+        time_margin: float = 0.03,
+        power_margin_w: float = 0.3,
+        min_gain: float = 0.02,
+        explore: float = 0.15,
+        refine: bool = True,
+    ):
+        arr = np.array(
+            [m.as_tuple() if isinstance(m, PowerMode) else tuple(m) for m in modes], dtype=np.int64
+        )
+        if arr.ndim != 2 or arr.shape[1] != 4 or len(arr) == 0:
+            raise ValueError("modes must be a non-empty (N, 4) array")
+        sizes = sorted({int(b) for b in batch_sizes})
+        if not sizes or sizes[0] < 1:
+            raise ValueError(f"batch sizes must be >= 1, got {list(batch_sizes)}")
+        self.modes = arr
+        self.batch_sizes = tuple(sizes)
+        # The grid: every mode with every batch size (mode-major).
+        self.grid_modes = np.repeat(arr, len(sizes), axis=0)
+        self.grid_b = np.tile(np.array(sizes, dtype=np.int64), len(arr))
+        self._pairs = [
+            Pair(PowerMode(*map(int, m)), int(b))
+            for m, b in zip(self.grid_modes, self.grid_b, strict=True)
+        ]
+        self._index = {p: i for i, p in enumerate(self._pairs)}
+        self.fitter = fitter
+        self.max_pairs = max_pairs
+        self.seeds = seeds
+        self.time_margin = time_margin
+        self.power_margin_w = power_margin_w
+        self.min_gain = min_gain
+        self.explore = explore
+        self.refine = refine
+        self._axes = [np.unique(arr[:, j]) for j in range(4)]
+        self._cache: tuple[frozenset[Pair], tuple[np.ndarray, np.ndarray]] | None = None
+
+    def pair(self, i: int) -> Pair:
+        return self._pairs[i]
+
+    def predictions(self, samples: Mapping[Pair, PairMeasurement]) -> tuple[np.ndarray, np.ndarray]:
+        """(batch_ms, power_w) over the grid from the model fitted to `samples` (cached)."""
+        key = frozenset(samples)
+        if self._cache is None or self._cache[0] != key:
+            t, p = self.fitter(samples).predict(self.grid_modes, self.grid_b)
+            self._cache = (key, (np.asarray(t, float), np.asarray(p, float)))
+        return self._cache[1]
+
+    # -- the decision --------------------------------------------------------------------
+    def next_action(
+        self,
+        goal: InferenceGoal,
+        samples: Mapping[Pair, PairMeasurement],
+        new_pairs: int = 0,
+        new_pairs_limit: int | None = None,
+    ) -> InferenceAction:
+        """The next step towards the best pair whose measured latency and power fit `goal`.
+
+        A re-solve (a rate or budget change of a profiled workload) passes the pairs it
+        measured since the change as `new_pairs` and a small `new_pairs_limit` (e.g.
+        RESOLVE_NEW_PAIRS): it then serves from the fitted model, measuring only to verify
+        its pick, unless no measured pair fits the new goal (then it searches as for a new
+        goal, within max_pairs)."""
+        t, p = self.predictions(samples)
+        measured = np.zeros(len(self._pairs), dtype=bool)
+        for pair in samples:
+            i = self._index.get(pair)
+            if i is not None:
+                measured[i] = True
+        # A re-solve stops looking for better once it has a measured fit pair and spent its
+        # verification pairs; without any fit pair it searches on like a new goal.
+        limited = new_pairs_limit is not None and new_pairs >= new_pairs_limit
+        can_measure = len(samples) < self.max_pairs and not (
+            limited and any(fit_for(m, goal) for m in samples.values())
+        )
+        lat = worst_latency_ms(self.grid_b, goal.rate_hz, t)
+        viol = self._violation(goal, t, p, lat)
+        if can_measure and len(samples) < self.seeds:
+            seed = self._seed(lat, t, self._violation(goal, t, p, lat, latency=False), measured)
+            if seed is not None:
+                return MeasurePair(self._pairs[seed])
+        if goal.latency_ms is not None:
+            fit = [m for m in samples.values() if fit_for(m, goal)]
+            if fit or self._worth_exploring(viol, measured, can_measure):
+                return self._search(goal, fit, p, lat, viol, measured, can_measure)
+        # No latency target, or none can be met: the lowest latency within the budget.
+        relaxed = InferenceGoal(goal.rate_hz, goal.budget_w, None)
+        viol = self._violation(relaxed, t, p, lat)
+        ok = [m for m in samples.values() if serves_within_budget(m, goal)]
+        if ok or self._worth_exploring(viol, measured, can_measure):
+            action = self._search(relaxed, ok, lat, p, viol, measured, can_measure)
+            if isinstance(action, ServePair):
+                feasible = goal.latency_ms is None or action.latency_ms <= goal.latency_ms
+                action = self._serve(samples[action.pair], goal, feasible)
+            return action
+        # No queue drains within the budget: the budget wins over latency. Serve the most
+        # requests per second among pairs whose measured power fits.
+        under = [
+            m for m in samples.values() if m.power_w <= goal.budget_w and math.isfinite(m.tail_ms)
+        ]
+        if under:
+            best = max(under, key=lambda m: (m.pair.batch_size / m.tail_ms, -m.power_w))
+            return self._serve(best, goal, feasible=False)
+        if can_measure:
+            over = np.where(measured | ~np.isfinite(p), np.inf, p)
+            i = int(np.argmin(over))
+            if over[i] <= goal.budget_w * (1 + self.explore):
+                return MeasurePair(self._pairs[i])
+        # Nothing measured is within the budget, and nothing left worth trying: the lowest
+        # power measured, flagged (the caller must not keep it: it is over the budget).
+        finite = [m for m in samples.values() if math.isfinite(m.power_w)]
+        if finite:
+            return self._serve(min(finite, key=lambda m: m.power_w), goal, feasible=False)
+        return MeasurePair(self._pairs[int(np.argmin(np.where(np.isfinite(p), p, np.inf)))])
+
+    def _worth_exploring(self, viol: np.ndarray, measured: np.ndarray, can_measure: bool) -> bool:
+        """Is an unmeasured pair predicted to fit, or to miss by less than the model's error?"""
+        if not can_measure:
+            return False
+        v = viol[~measured]
+        return bool(v.size) and float(v.min()) <= self.explore
+
+    def _search(
+        self,
+        goal: InferenceGoal,
+        fit: list[PairMeasurement],
+        score: np.ndarray,
+        tie: np.ndarray,
+        viol: np.ndarray,
+        measured: np.ndarray,
+        can_measure: bool,
+    ) -> InferenceAction:
+        """Best measured fit pair, unless an unmeasured pair is predicted better by more
+        than min_gain (then measure it). With no fit pair yet: the unmeasured pair predicted
+        best among those predicted to fit, else the one predicted to miss by the least."""
+        if fit:
+            best = min(fit, key=lambda m: self._objective(m, goal))
+            if can_measure:
+                bound = (1 - self.min_gain) * self._objective(best, goal)[0]
+                nxt = self._best_index((viol == 0) & ~measured & (score < bound), score, tie)
+                if nxt is None and self.refine and goal.latency_ms is not None:
+                    nxt = self._step_down(best.pair, viol, measured, score)
+                if nxt is not None:
+                    return MeasurePair(self._pairs[nxt])
+            return self._serve(best, goal, feasible=True)
+        nxt = self._best_index((viol == 0) & ~measured, score, tie)
+        if nxt is None:
+            nxt = self._best_index(~measured, viol, score)
+        assert nxt is not None  # callers checked _worth_exploring
+        return MeasurePair(self._pairs[nxt])
+
+    def _step_down(
+        self, pair: Pair, viol: np.ndarray, measured: np.ndarray, score: np.ndarray
+    ) -> int | None:
+        """Model-free refinement of the least-power pick: the same batch size one step lower
+        on one knob (a lower clock or fewer cores draws less power whatever the model says),
+        if predicted to still meet latency and drain. The power model's ranking of nearby
+        modes is the weakest part of a fresh fit (e.g. the memory clock's share)."""
+        here = np.array(pair.mode.as_tuple())
+        cands = []
+        for axis, values in enumerate(self._axes):
+            k = int(np.searchsorted(values, here[axis]))
+            if k == 0:
+                continue
+            down = here.copy()
+            down[axis] = values[k - 1]
+            i = self._index.get(Pair(PowerMode(*map(int, down)), pair.batch_size))
+            if i is not None and not measured[i] and viol[i] == 0:
+                cands.append(i)
+        if not cands:
+            return None
+        return min(cands, key=lambda i: (score[i], i))
+
+    def _violation(
+        self,
+        goal: InferenceGoal,
+        t: np.ndarray,
+        p: np.ndarray,
+        lat: np.ndarray,
+        latency: bool = True,
+    ) -> np.ndarray:
+        """How far each pair is predicted to miss the goal, as the largest relative excess
+        over the power budget, the drain limit and the latency target (0: predicted fit,
+        with the margins)."""
+        drain = drain_limit_ms(self.grid_b, goal.rate_hz)
+        v = np.maximum(0.0, (p + self.power_margin_w - goal.budget_w) / goal.budget_w)
+        v = np.maximum(v, (t * (1 + self.time_margin) - drain) / drain)
+        if latency and goal.latency_ms is not None:
+            lat_m = lat + t * self.time_margin
+            v = np.maximum(v, (lat_m - goal.latency_ms) / goal.latency_ms)
+        v = np.maximum(v, 0.0)
+        return np.where(np.isfinite(v), v, np.inf)
+
+    # -- helpers ---------------------------------------------------------------------------
+    @staticmethod
+    def _objective(m: PairMeasurement, goal: InferenceGoal) -> tuple[float, float]:
+        lat = float(worst_latency_ms(m.pair.batch_size, goal.rate_hz, m.tail_ms))
+        return (m.power_w, lat) if goal.latency_ms is not None else (lat, m.power_w)
+
+    @staticmethod
+    def _best_index(mask: np.ndarray, score: np.ndarray, tie: np.ndarray) -> int | None:
+        idx = np.flatnonzero(mask)
+        if idx.size == 0:
+            return None
+        return int(idx[np.lexsort((idx, tie[idx], score[idx]))[0]])
+
+    def _seed(
+        self, lat: np.ndarray, t: np.ndarray, viol: np.ndarray, measured: np.ndarray
+    ) -> int | None:
+        """Spread seeds: the predicted lowest-latency pair within the budget (and drain
+        limit) at the smallest, then the largest batch size, then the middle ones."""
+        sizes = list(self.batch_sizes)
+        for b in [sizes[0], sizes[-1]] + sizes[1:-1]:
+            on_b = self.grid_b == b
+            if (measured & on_b).any():
+                continue
+            ok = on_b & (viol == 0)
+            if not ok.any():
+                continue
+            return self._best_index(ok, lat, t)
+        return None
+
+    def _serve(self, m: PairMeasurement, goal: InferenceGoal, feasible: bool) -> ServePair:
+        lat = float(worst_latency_ms(m.pair.batch_size, goal.rate_hz, m.tail_ms))
+        return ServePair(m.pair, feasible, lat, m.power_w, m.power_w <= goal.budget_w)
+
+
+class InferenceSession:
+    """One inference job's goal over time, on top of the workload's planner: what the
+    daemon's inference planner keeps per job. It counts the pairs measured since the goal
+    last changed, so that a rate or budget change is a *re-solve* (RESOLVE_NEW_PAIRS at most
+    while a measured pair fits) and the first goal is a full search.
+
+        session = InferenceSession(planner, InferenceGoal(30, 15, 100))
+        action = session.next_action(samples)      # MeasurePair | ServePair
+        session.measured(pair)                     # after the profiler stored its sample
+        session.set_rate(45); session.set_budget(12)
+    """
+
+    def __init__(self, planner: InferencePlanner, goal: InferenceGoal, profiled: bool = False):
+        self.planner = planner
+        self.goal = goal
+        self.new_pairs = 0
+        # A workload with samples from earlier jobs re-solves from them like a rate change.
+        self._resolving = profiled
+        self.served: ServePair | None = None
+
+    def next_action(self, samples: Mapping[Pair, PairMeasurement]) -> InferenceAction:
+        limit = RESOLVE_NEW_PAIRS if self._resolving else None
+        action = self.planner.next_action(self.goal, samples, self.new_pairs, limit)
+        if isinstance(action, ServePair):
+            self.served = action
+        return action
+
+    def measured(self, pair: Pair) -> None:
+        self.new_pairs += 1
+
+    def _change(self, goal: InferenceGoal) -> None:
+        self.goal = goal
+        self.new_pairs = 0
+        self._resolving = True
+        self.served = None
+
+    def set_rate(self, rate_hz: float) -> None:
+        self._change(InferenceGoal(rate_hz, self.goal.budget_w, self.goal.latency_ms))
+
+    def set_budget(self, budget_w: float) -> None:
+        self._change(InferenceGoal(self.goal.rate_hz, budget_w, self.goal.latency_ms))
+
+
+def latency_power_front(
+    predictor: PairPredictor,
+    modes: np.ndarray,
+    batch_sizes: Sequence[int],
+    rate_hz: float,
+) -> list[dict[str, float | int | bool]]:
+    """The predicted (worst-case latency, power) Pareto front per batch size at `rate_hz`,
+    for `powerctl pareto --kind inference --rate R`: rows sorted by batch size, then power."""
+    from powerd.optimize.pareto import pareto_front
+
+    arr = np.asarray(modes, dtype=np.int64).reshape(-1, 4)
+    rows: list[dict[str, float | int | bool]] = []
+    for b in sorted({int(x) for x in batch_sizes}):
+        bs = np.full(len(arr), b, dtype=np.int64)
+        t, p = predictor.predict(arr, bs)
+        t, p = np.asarray(t, float), np.asarray(p, float)
+        lat = worst_latency_ms(bs, rate_hz, t)
+        drain = drain_limit_ms(b, rate_hz)
+        for i in pareto_front(lat, p):
+            c, cpu, gpu, emc = (int(x) for x in arr[i])
+            rows.append(
+                {
+                    "batch_size": b,
+                    "cores": c,
+                    "cpu_khz": cpu,
+                    "gpu_hz": gpu,
+                    "emc_hz": emc,
+                    "batch_ms": float(t[i]),
+                    "latency_ms": float(lat[i]),
+                    "power_w": float(p[i]),
+                    "drains": bool(t[i] <= drain),
+                }
+            )
+    return rows

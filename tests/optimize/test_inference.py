@@ -1,0 +1,197 @@
+"""The inference planner, replayed on the visible inference traces (planner level, no daemon).
+
+The prior is fitted on ResNet-18 inference and the planner is judged on MobileNet v3
+inference, which the prior never saw."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from powerd.modes import PowerMode
+from powerd.optimize.inference import (
+    RESOLVE_NEW_PAIRS,
+    InferenceGoal,
+    InferencePlanner,
+    MeasurePair,
+    Pair,
+    PairMeasurement,
+    ServePair,
+    fit_for,
+    worst_latency_ms,
+)
+from powerd.optimize.inference_replay import (
+    PairMeasurer,
+    PairTrace,
+    replay_goals,
+    solve_goal,
+    summarise,
+)
+from powerd.predictor.batch import InferenceReference, make_fitter
+from powerd.sim.trace import TRACE_DIR
+
+
+@pytest.fixture(scope="module")
+def resnet() -> PairTrace:
+    return PairTrace.load(TRACE_DIR / "orin_agx_resnet18_imagenet_infer.csv")
+
+
+@pytest.fixture(scope="module")
+def mobilenet() -> PairTrace:
+    return PairTrace.load(TRACE_DIR / "orin_agx_mobilenetv3_gld23k_infer.csv")
+
+
+@pytest.fixture(scope="module")
+def prior(resnet: PairTrace) -> InferenceReference:
+    return InferenceReference.fit(resnet.modes_all, resnet.b_all, resnet.t_all, resnet.p_all)
+
+
+def planner(trace: PairTrace, prior: InferenceReference, **kw) -> InferencePlanner:
+    return InferencePlanner(trace.modes, trace.batch_sizes, make_fitter(prior, "infer-ref"), **kw)
+
+
+def test_worst_case_latency_formula() -> None:
+    # 4 requests at 20 Hz: the first waits 3 * 50 ms for the batch to fill, then the batch.
+    assert worst_latency_ms(4, 20.0, 30.0) == pytest.approx(180.0)
+    m = PairMeasurement(Pair(PowerMode(4, 1, 1, 1), 4), 30.0, 10.0, 35.0)
+    assert fit_for(m, InferenceGoal(20.0, 10.0, 185.0))
+    assert not fit_for(m, InferenceGoal(20.0, 10.0, 184.0))  # p99 batch time counts
+    assert not fit_for(m, InferenceGoal(20.0, 9.9, 185.0))  # power
+    assert not fit_for(m, InferenceGoal(200.0, 10.0, None))  # 35 ms > 0.9 * 4/200 s
+
+
+def test_serves_a_measured_pair_that_fits_near_the_least_power(mobilenet, prior) -> None:
+    goal = InferenceGoal(rate_hz=30, budget_w=20, latency_ms=200)
+    samples: dict[Pair, PairMeasurement] = {}
+    served, probes = solve_goal(planner(mobilenet, prior), goal, samples, PairMeasurer(mobilenet))
+    assert served.feasible and served.best_latency_ms is None
+    assert served.pair in samples and fit_for(samples[served.pair], goal)
+    assert probes == len(samples) <= 30
+    opt = mobilenet.optimal(goal)
+    assert opt is not None
+    assert mobilenet.rows[served.pair][1] <= 1.20 * opt[1]  # median over grids: ~1.10
+
+
+def test_infeasible_target_serves_best_latency_under_budget(mobilenet, prior) -> None:
+    goal = InferenceGoal(rate_hz=30, budget_w=16, latency_ms=10)  # below any batch time
+    samples: dict[Pair, PairMeasurement] = {}
+    served, _ = solve_goal(planner(mobilenet, prior), goal, samples, PairMeasurer(mobilenet))
+    assert not served.feasible
+    assert served.within_budget and samples[served.pair].power_w <= 16
+    assert served.best_latency_ms == pytest.approx(served.latency_ms)
+    relaxed = mobilenet.optimal(InferenceGoal(30, 16, None))
+    assert relaxed is not None
+    # Within 10% of the lowest worst-case latency any pair reaches under the budget.
+    true_latency = worst_latency_ms(served.pair.batch_size, 30, mobilenet.rows[served.pair][0])
+    assert true_latency <= 1.10 * relaxed[2]
+
+
+def test_no_latency_target_minimises_latency_under_budget(mobilenet, prior) -> None:
+    goal = InferenceGoal(rate_hz=60, budget_w=25)
+    samples: dict[Pair, PairMeasurement] = {}
+    served, _ = solve_goal(planner(mobilenet, prior), goal, samples, PairMeasurer(mobilenet))
+    best = mobilenet.optimal(goal)
+    assert served.feasible and best is not None
+    t, p = mobilenet.rows[served.pair]
+    assert p <= 25.5
+    assert worst_latency_ms(served.pair.batch_size, 60, t) <= 1.05 * best[2]
+
+
+def test_rate_change_resolves_from_what_is_measured(mobilenet, prior) -> None:
+    pl = planner(mobilenet, prior)
+    measure = PairMeasurer(mobilenet)
+    samples: dict[Pair, PairMeasurement] = {}
+    first, probes = solve_goal(pl, InferenceGoal(30, 20, 200), samples, measure)
+    assert probes > 0
+    assert any(fit_for(m, InferenceGoal(45, 20, 200)) for m in samples.values())
+    second, probes2 = solve_goal(
+        pl, InferenceGoal(45, 20, 200), samples, measure, new_pairs_limit=RESOLVE_NEW_PAIRS
+    )
+    # The fitted model carries over: at most a verification of a never-measured pick.
+    assert probes2 <= RESOLVE_NEW_PAIRS
+    assert second.feasible and fit_for(samples[second.pair], InferenceGoal(45, 20, 200))
+    # Back to the first rate: everything is measured, nothing new is profiled.
+    again, probes3 = solve_goal(pl, InferenceGoal(30, 20, 200), samples, measure)
+    assert probes3 == 0 and again.pair == first.pair
+
+
+def test_never_profiles_more_than_max_pairs(mobilenet) -> None:
+    class Wrong:
+        """A model that is confidently wrong: everything fits at 1 ms and 1 W."""
+
+        def predict(self, modes, b):
+            return np.ones(len(b)), np.ones(len(b))
+
+    pl = InferencePlanner(mobilenet.modes, mobilenet.batch_sizes, lambda s: Wrong(), max_pairs=5)
+    samples: dict[Pair, PairMeasurement] = {}
+    served, probes = solve_goal(pl, InferenceGoal(30, 14, 40), samples, PairMeasurer(mobilenet))
+    assert probes == len(samples) == 5
+    assert isinstance(served, ServePair)
+    # What it serves was measured, and is flagged unless its measurement fits.
+    assert served.pair in samples
+    assert served.feasible == fit_for(samples[served.pair], InferenceGoal(30, 14, 40))
+
+
+def test_first_action_measures_within_the_predicted_budget(mobilenet, prior) -> None:
+    pl = planner(mobilenet, prior)
+    action = pl.next_action(InferenceGoal(30, 18, 200), {})
+    assert isinstance(action, MeasurePair)
+    t, p = pl.fitter({}).predict(
+        np.array([action.pair.mode.as_tuple()]), np.array([action.pair.batch_size])
+    )
+    assert p[0] <= 18
+
+
+def test_grid_replay_on_an_unseen_workload(mobilenet, prior) -> None:
+    goals = [
+        InferenceGoal(r, b, lat) for r in (15, 60) for lat in (100, 400, None) for b in (15, 20, 30)
+    ]
+    res = replay_goals(planner(mobilenet, prior), mobilenet, goals, PairMeasurer(mobilenet))
+    s = summarise(res)
+    assert s["within_budget_pct"] == 100.0
+    assert s["meet_pct"] >= 90.0
+    assert s["max_probes"] <= 30
+
+
+def test_session_full_search_then_resolves(mobilenet, prior) -> None:
+    from powerd.optimize.inference import InferenceSession
+
+    pl = planner(mobilenet, prior)
+    measure = PairMeasurer(mobilenet)
+    samples: dict[Pair, PairMeasurement] = {}
+    session = InferenceSession(pl, InferenceGoal(30, 20, 200))
+
+    def settle() -> tuple[ServePair, int]:
+        n = 0
+        while True:
+            action = session.next_action(samples)
+            if isinstance(action, ServePair):
+                return action, n
+            samples[action.pair] = measure(action.pair)
+            session.measured(action.pair)
+            n += 1
+
+    first, n1 = settle()
+    assert first.feasible and n1 >= 2 and session.served == first
+    session.set_rate(45)
+    assert session.served is None and session.goal.rate_hz == 45
+    second, n2 = settle()
+    assert second.feasible and n2 <= RESOLVE_NEW_PAIRS
+    session.set_budget(17)
+    third, n3 = settle()
+    assert samples[third.pair].power_w <= 17
+
+
+def test_latency_power_front_per_batch_size(mobilenet, prior) -> None:
+    from powerd.optimize.inference import latency_power_front
+
+    rows = latency_power_front(prior, mobilenet.modes, (1, 16), 30.0)
+    assert {r["batch_size"] for r in rows} == {1, 16}
+    for b in (1, 16):
+        front = [r for r in rows if r["batch_size"] == b]
+        # Along a front, more power buys strictly less latency.
+        for lo, hi in zip(front, front[1:], strict=False):
+            assert hi["power_w"] > lo["power_w"] and hi["latency_ms"] < lo["latency_ms"]
+        assert all(
+            r["latency_ms"] == pytest.approx((b - 1) / 30 * 1000 + r["batch_ms"]) for r in front
+        )

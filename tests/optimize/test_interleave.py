@@ -1,0 +1,111 @@
+"""The interleaving planner on MobileNet v3 training + ResNet-18 inference (planner level)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from powerd.modes import PowerMode
+from powerd.optimize.inference_replay import (
+    PairMeasurer,
+    PairTrace,
+    TrainMeasurer,
+    joint_truth,
+    judge_joint,
+    solve_joint,
+)
+from powerd.optimize.interleave import (
+    InterleaveGoal,
+    InterleavePlanner,
+    ServeJoint,
+    cycle_steps,
+    interleaved_latency_ms,
+    throughput_bound_hz,
+)
+from powerd.predictor.batch import InferenceReference, make_fitter
+from powerd.sim.trace import TRACE_DIR, Trace
+
+
+@pytest.fixture(scope="module")
+def train() -> Trace:
+    return Trace.load(TRACE_DIR / "orin_agx_mobilenetv3_gld23k_train.csv")
+
+
+@pytest.fixture(scope="module")
+def infer() -> PairTrace:
+    return PairTrace.load(TRACE_DIR / "orin_agx_resnet18_imagenet_infer.csv")
+
+
+class BiasedTrain:
+    """The training trace seen through a model that is 10% slow and 1 W high on every mode."""
+
+    def __init__(self, trace: Trace):
+        self.trace = trace
+
+    def predict(self, modes: np.ndarray):
+        rows = [self.trace.lookup(PowerMode(*map(int, m))) for m in modes]
+        return np.array([r.time_ms * 1.1 for r in rows]), np.array([r.power_w + 1 for r in rows])
+
+
+@pytest.fixture(scope="module")
+def planner(train: Trace, infer: PairTrace) -> InterleavePlanner:
+    # The inference prior comes from the *other* inference trace (MobileNet).
+    mob = PairTrace.load(TRACE_DIR / "orin_agx_mobilenetv3_gld23k_infer.csv")
+    prior = InferenceReference.fit(mob.modes_all, mob.b_all, mob.t_all, mob.p_all)
+    model = BiasedTrain(train)
+    return InterleavePlanner(
+        infer.modes, infer.batch_sizes, lambda s: model, make_fitter(prior, "infer-ref")
+    )
+
+
+def test_formulas() -> None:
+    # b = 4 at 10 Hz: a 400 ms cycle; a 100 ms batch leaves 300 ms, i.e. 2 steps of 120 ms.
+    assert cycle_steps(4, 10.0, 100.0, 120.0) == 2
+    assert throughput_bound_hz(4, 10.0, 100.0, 120.0) == pytest.approx(0.75 / 0.12)
+    assert interleaved_latency_ms(4, 10.0, 100.0, 120.0) == pytest.approx(300 + 120 + 100)
+    assert throughput_bound_hz(1, 10.0, 200.0, 50.0) == 0.0  # batches fill the GPU
+
+
+def solve(planner, train, infer, goal):
+    tr, inf = {}, {}
+    served, probes = solve_joint(planner, goal, tr, inf, TrainMeasurer(train), PairMeasurer(infer))
+    return served, probes, tr, inf
+
+
+@pytest.mark.parametrize("goal", [InterleaveGoal(5, 25, 1000), InterleaveGoal(2, 20, 300)])
+def test_serves_a_measured_joint_pair_that_fits(planner, train, infer, goal) -> None:
+    served, probes, tr, inf = solve(planner, train, infer, goal)
+    assert isinstance(served, ServeJoint) and served.feasible
+    assert 0 < probes <= 30
+    m_i, m_t = inf[served.pair], tr[served.pair.mode]
+    assert max(m_i.power_w, m_t.power_w) <= goal.budget_w
+    lat = interleaved_latency_ms(served.pair.batch_size, goal.rate_hz, m_i.tail_ms, m_t.time_ms)
+    assert lat <= goal.latency_ms
+    res = judge_joint(joint_truth(train, infer, goal, infer.modes), goal, served, probes, 0.02)
+    assert res.latency_ok and res.power_ok
+    assert res.bound_share >= 0.85  # the chosen pair's bound vs the best pair's
+
+
+def test_unreachable_latency_is_flagged_with_the_best_latency(planner, train, infer) -> None:
+    goal = InterleaveGoal(15, 20, 300)
+    served, _, tr, inf = solve(planner, train, infer, goal)
+    assert not served.feasible
+    assert served.best_latency_ms is not None and served.best_latency_ms > 300
+    assert max(inf[served.pair].power_w, tr[served.pair.mode].power_w) <= 20
+
+
+def test_probes_are_capped(train, infer) -> None:
+    class Wrong:
+        def predict(self, modes, b=None):
+            n = len(modes)
+            return np.ones(n), np.ones(n)
+
+    pl = InterleavePlanner(
+        infer.modes, infer.batch_sizes, lambda s: Wrong(), lambda s: Wrong(), max_probes=4
+    )
+    served, probes, _, _ = solve(pl, train, infer, InterleaveGoal(15, 15, 100))
+    assert probes == 4
+    assert not served.feasible
+    assert math.isfinite(served.latency_ms)

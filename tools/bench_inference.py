@@ -1,0 +1,294 @@
+#!/usr/bin/env python3
+"""Planner-level benchmark of inference and interleaved training + inference (not yet through
+the daemon): replays the visible inference traces through powerd.optimize.inference /
+interleave with emulator-like measurement noise, over grids of rates, latency targets and
+budgets that include infeasible points.
+
+    tools/bench_inference.py [--compare-priors] [--quick]
+
+Inference alone: each grid point is a new workload (fresh samples). The transfer prior
+is the inference reference (models/inference_reference.json, fitted on ResNet-18 inference),
+so ResNet-18 inference is the tuning workload and MobileNet v3 inference the held-out one.
+Rate changes: per (latency, budget), the rates in sequence on one workload's samples.
+
+Interleaved: MobileNet v3 training with each inference trace; the inference prior is fitted
+on the *other* inference trace; the training predictor is the bundled reference refitted
+(ridge) to the samples of the training tuner (PowerTrain, 50 modes, run over the grid's
+budgets before the inference job joined). "Leave" compares the training tuner's decision for
+the budget (kept from before: no re-profiling) with the trace's best mode under the budget.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import time
+
+import numpy as np
+
+from powerd.modes import PowerMode
+from powerd.optimize.base import Measurement
+from powerd.optimize.inference import (
+    RESOLVE_NEW_PAIRS,
+    InferenceGoal,
+    InferencePlanner,
+    Pair,
+    PairMeasurement,
+)
+from powerd.optimize.inference_replay import (
+    PairMeasurer,
+    PairTrace,
+    TrainMeasurer,
+    joint_truth,
+    judge,
+    judge_joint,
+    replay_goals,
+    solve_goal,
+    solve_joint,
+    summarise,
+)
+from powerd.optimize.interleave import InterleaveGoal, InterleavePlanner
+from powerd.predictor.batch import InferenceReference, load_prior, make_fitter
+from powerd.sim.trace import TRACE_DIR, Trace
+
+INFER = {
+    "resnet18": TRACE_DIR / "orin_agx_resnet18_imagenet_infer.csv",
+    "mobilenetv3": TRACE_DIR / "orin_agx_mobilenetv3_gld23k_infer.csv",
+}
+TRAIN = TRACE_DIR / "orin_agx_mobilenetv3_gld23k_train.csv"
+RATES = (5.0, 15.0, 30.0, 60.0, 120.0)
+LATENCIES = (50.0, 100.0, 200.0, 400.0, None)
+BUDGETS = (14.0, 17.0, 20.0, 25.0, 30.0, 40.0)
+IL_RATES = (1.0, 2.0, 5.0, 10.0)
+IL_LATENCIES = (500.0, 1000.0, 3000.0, None)
+IL_BUDGETS = (20.0, 25.0, 30.0, 40.0)
+
+
+def pct(x: float) -> str:
+    return f"{x:5.1f}%"
+
+
+def inference_alone(method: str, quick: bool) -> None:
+    prior = load_prior(method)
+    for name, path in INFER.items():
+        trace = PairTrace.load(path)
+        rates = RATES[::2] if quick else RATES
+        goals = [InferenceGoal(r, b, lat) for r in rates for lat in LATENCIES for b in BUDGETS]
+        planner = InferencePlanner(trace.modes, trace.batch_sizes, make_fitter(prior, method))
+        t0 = time.perf_counter()
+        measurer = PairMeasurer(trace)
+        seen: list[Pair] = []
+
+        def measure(pair: Pair, m=measurer, seen=seen) -> PairMeasurement:
+            seen.append(pair)
+            return m(pair)
+
+        res = replay_goals(planner, trace, goals, measure)
+        s = summarise(res)
+        # Time to a settled decision, estimated as the profiler would spend it: per pair a
+        # 2 s settle after the switch plus max(4 s window, 5 batches at the goal's rate).
+        settle_s, k = [], 0
+        for r in res:
+            pairs, k = seen[k : k + r.probes], k + r.probes
+            settle_s.append(sum(2.0 + max(4.0, 5 * p.batch_size / r.goal.rate_hz) for p in pairs))
+        # Points where no pair at all is within the budget cannot stay within it.
+        possible = [r for r in res if (trace.p_all <= r.goal.budget_w).any()]
+        within = 100.0 * np.mean([r.within_budget for r in possible]) if possible else 100.0
+        no_l = [r.latency_ratio for r in res if r.feasible and r.goal.latency_ms is None]
+        role = "tuning (prior fitted on it)" if name == "resnet18" else "held out"
+        print(
+            f"  {name:12s} [{role}] points {s['points']}, feasible {s['feasible']}: "
+            f"meet latency+power {pct(s['meet_pct'])}, within budget {pct(within)} "
+            f"({len(possible)} points with any pair under B), median power / optimal "
+            f"{s['median_power_ratio']:.3f}, no-L median latency / best "
+            f"{np.median(no_l):.3f}, pairs profiled median {s['median_probes']:.0f} "
+            f"max {s['max_probes']}, time to decision (est.) median {np.median(settle_s):.0f} s "
+            f"max {max(settle_s):.0f} s, infeasible flagged {pct(s['infeasible_flagged_pct'])} "
+            f"({time.perf_counter() - t0:.1f} s)"
+        )
+        # Rate changes on one workload: new pairs after the first rate.
+        extra, zero, n, after = [], 0, 0, []
+        for lat, b in itertools.product(LATENCIES, BUDGETS):
+            samples: dict[Pair, PairMeasurement] = {}
+            for i, r in enumerate(rates):
+                goal = InferenceGoal(r, b, lat)
+                limit = RESOLVE_NEW_PAIRS if i else None
+                served, probes = solve_goal(
+                    planner, goal, samples, PairMeasurer(trace), new_pairs_limit=limit
+                )
+                if i:
+                    n += 1
+                    extra.append(probes)
+                    zero += probes == 0
+                    after.append(judge(trace, goal, served, probes, 0.02))
+        sa = summarise(after)
+        print(
+            f"  {'':12s} rate changes: {n}, re-solved with no new pair {pct(100 * zero / n)}, "
+            f"<= {RESOLVE_NEW_PAIRS} new pairs (verifying the model's pick) "
+            f"{pct(100 * np.mean(np.array(extra) <= RESOLVE_NEW_PAIRS))}, new pairs per change "
+            f"mean {np.mean(extra):.2f} max {max(extra)} (more only when no measured pair fits "
+            f"the new goal); after the change: meet {pct(sa['meet_pct'])}, within budget "
+            f"{pct(sa['within_budget_pct'])}, median power / optimal "
+            f"{sa['median_power_ratio']:.3f}"
+        )
+
+
+def interleaved(quick: bool) -> None:
+    from powerd.optimize import make_strategy
+    from powerd.optimize.replay import GridSpace, NoiseModel, TraceMeasurer, solve_budget
+    from powerd.predictor.reference import ReferenceModel
+    from powerd.predictor.transfer import fit_ridge, fit_workload
+
+    ref = ReferenceModel.load()
+    train = Trace.load(TRAIN)
+    mt = TrainMeasurer(train)
+    # The training job was tuned alone first, by the training tuner (PowerTrain, 50 modes,
+    # ridge refit) over the budgets of the grid: its samples and per-budget decisions.
+    strategy = make_strategy(
+        "powertrain", GridSpace.from_trace(train), predictor_factory=lambda: ref, max_modes=50
+    )
+    base: dict[PowerMode, Measurement] = {}
+    alone: dict[float, PowerMode] = {}
+    measurer = TraceMeasurer(train, NoiseModel(seed=0))
+    for b in IL_BUDGETS:
+        commit, _ = solve_budget(
+            strategy, b, base, measurer, lambda s: fit_workload(s, ref, method="ridge")
+        )
+        alone[b] = commit.mode
+    fitted = {}
+
+    def train_fitter(samples):
+        key = frozenset(samples)
+        if key not in fitted:
+            fitted.clear()
+            fitted[key] = fit_ridge(samples, ref) if samples else ref
+        return fitted[key]
+
+    for name, path in INFER.items():
+        other = PairTrace.load(INFER["mobilenetv3" if name == "resnet18" else "resnet18"])
+        prior = InferenceReference.fit(other.modes_all, other.b_all, other.t_all, other.p_all)
+        infer = PairTrace.load(path)
+        planner = InterleavePlanner(
+            infer.modes, infer.batch_sizes, train_fitter, make_fitter(prior, "infer-ref")
+        )
+        rates = IL_RATES[::2] if quick else IL_RATES
+        t0 = time.perf_counter()
+        results, leave = [], []
+        for r, lat, b in itertools.product(rates, IL_LATENCIES, IL_BUDGETS):
+            goal = InterleaveGoal(r, b, lat)
+            tr, inf = dict(base), {}
+            served, probes = solve_joint(planner, goal, tr, inf, mt, PairMeasurer(infer))
+            truth = joint_truth(train, infer, goal, infer.modes)
+            results.append(judge_joint(truth, goal, served, probes, 0.02))
+            # The inference job leaves: training returns to its own decision for B (fitted
+            # before the inference job joined: no re-profiling).
+            true_best = train.best_under(b)
+            if true_best is not None:
+                leave.append(true_best.time_ms / train.lookup(alone[b]).time_ms)
+        feas = [x for x in results if x.feasible]
+        meet = 100 * np.mean([x.latency_ok and x.power_ok for x in feas]) if feas else 0.0
+        share = [x.bound_share for x in feas if x.latency_ok and x.power_ok]
+        print(
+            f"  mobilenetv3-train + {name}-infer: points {len(results)}, feasible {len(feas)}: "
+            f"meet latency+power {pct(meet)}, within budget "
+            f"{pct(100 * np.mean([x.power_ok for x in results]))}, training throughput "
+            f"(work-conserving) / best pair's bound: mean {np.mean(share):.3f} "
+            f"median {np.median(share):.3f}; strict-cycle k*r/b / own bound mean "
+            f"{np.nanmean([x.cycle_share for x in feas]):.3f}; joint pairs profiled median "
+            f"{np.median([x.probes for x in results]):.0f} max "
+            f"{max(x.probes for x in results)}; after the inference job leaves, training "
+            f"throughput / best mode under B: mean {np.mean(leave):.3f} min "
+            f"{np.min(leave):.3f} ({time.perf_counter() - t0:.1f} s)"
+        )
+
+
+def emulated(duration_s: float, scale: float) -> None:
+    """Both jobs through the real client on the emulated board (stand-in daemon serving a
+    fixed b at the board's default mode): client-measured p99 and training steps/s vs the
+    bound, for a few (b, rate) points."""
+    import tempfile
+    import threading
+    from pathlib import Path
+
+    from powerd.optimize.interleave import interleaved_latency_ms, throughput_bound_hz
+    from powerd.sim.emulator import Emulator
+    from powerd.sim.fake_daemon import FakeDaemon, FakeDecision
+    from powerd.sim.gpu import Gpu, idle_power
+    from powerd.sim.inference_job import load_batch_traces, run_inference_job
+    from powerd.sim.job import run_training_job
+    from powerd.sim.tree import build_tree
+
+    train = Trace.load(TRAIN)
+    batches = load_batch_traces(INFER["resnet18"])
+    for b, rate in ((4, 20.0), (16, 10.0), (32, 10.0)):
+        with tempfile.TemporaryDirectory() as d:
+            root = Path(d) / "board"
+            build_tree(root, "orin-agx", train)
+            with Emulator(root, "orin-agx", train, time_scale=0.1) as emu:
+                gpu = Gpu(emu, idle_power(batches[1]), time_scale=scale)
+                mode = emu.effective_mode()
+                ep = f"ipc://{d}/powerd.sock"
+                out: dict = {}
+                wall = duration_s * scale
+                with FakeDaemon(ep, FakeDecision(batch_size=b)):
+                    th = threading.Thread(
+                        target=lambda kw, o=out: o.setdefault("r", run_training_job(**kw)),
+                        args=(
+                            dict(
+                                root=root,
+                                trace=train,
+                                budget_w=20,
+                                workload="mobilenet",
+                                time_scale=scale,
+                                endpoint=ep,
+                                stay_tuned_s=wall,
+                                max_s=wall,
+                                gpu=gpu,
+                            ),
+                        ),
+                    )
+                    th.start()
+                    inf = run_inference_job(gpu, batches, rate, duration_s=duration_s, endpoint=ep)
+                    th.join()
+                tr = [s for s in gpu.log if s.kind == "training"]
+                ib = [s for s in gpu.log if s.kind.startswith("inference")]
+                start, stop = tr[0].start, min(tr[-1].end, ib[-1].end)
+                steps = sum(s.end <= stop for s in tr) / ((stop - start) / scale)
+                t_tr, t_inf = train.lookup(mode).time_ms, batches[b].lookup(mode).time_ms
+                bound = float(throughput_bound_hz(b, rate, t_inf, t_tr))
+                worst = float(interleaved_latency_ms(b, rate, t_inf, t_tr))
+                print(
+                    f"  b={b:2d} r={rate:4.0f}/s at {mode}: training {steps:.2f} steps/s = "
+                    f"{steps / bound:.3f} of the bound {bound:.2f}; inference p99 "
+                    f"{inf.p99_ms(skip=b):.0f} ms vs worst case {worst:.0f} ms"
+                )
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--compare-priors", action="store_true", help="also run train-head")
+    ap.add_argument("--quick", action="store_true", help="every other rate")
+    ap.add_argument("--no-interleave", action="store_true")
+    ap.add_argument(
+        "--emulate",
+        type=float,
+        default=0.0,
+        metavar="S",
+        help="also run both jobs on the emulator for S trace seconds per point",
+    )
+    ap.add_argument("--scale", type=float, default=0.5, help="emulated GPU time scale")
+    args = ap.parse_args()
+    methods = ("infer-ref", "train-head") if args.compare_priors else ("infer-ref",)
+    for method in methods:
+        print(f"inference alone, prior {method} (planner replay, not yet through the daemon):")
+        inference_alone(method, args.quick)
+    if not args.no_interleave:
+        print("interleaved training + inference (planner replay, not yet through the daemon):")
+        interleaved(args.quick)
+    if args.emulate > 0:
+        print("interleaved on the emulator (real client, stand-in daemon, FIFO GPU):")
+        emulated(args.emulate, args.scale)
+
+
+if __name__ == "__main__":
+    main()
