@@ -289,11 +289,13 @@ class ControlLoop:
         self._yield_claims = claims
 
     def _reacquire(self, specs: list[JobSpec], claims: int) -> None:
-        """After a yield: a new register or set_budget takes the board again."""
+        """After a yield: a new register or set_budget takes the board again (when the last
+        job left meanwhile, there is nothing to take back)."""
         y = self._yielded
-        if y is None or claims == self._yield_claims:
+        if y is None or (specs and claims == self._yield_claims):
             return
-        log.info("a new request after yielding the board: powerd drives it again")
+        if specs:
+            log.info("a new request after yielding the board: powerd drives it again")
         y["entry"]["active"] = False
         self._yielded = None
         if self.planner is not None:
