@@ -221,7 +221,11 @@ class ControlLoop:
             except Exception:  # noqa: BLE001 - a planner that cannot even release: start over
                 log.exception("planner could not release job %s: dropping it", job)
                 self.planner, self.planner_name = None, ""
-        self._give_board_back()
+        problem = self._give_board_back()
+        if problem is not None and self.planner is not None:
+            # never tell the job the board is back when it is not
+            why = why.replace("the board is back at its baseline", problem)
+            self.planner.release([job] if job else None, why)
 
     def _give_board_back(self) -> str | None:
         """Restore the baseline; what went wrong (naming the files) or None when it worked.
