@@ -187,6 +187,8 @@ def test_yield_releases_the_board_and_takes_it_again_on_the_next_request(
             for k, v in board.baseline.items()  # type: ignore[attr-defined]
             if not k.startswith(rel)
         }
+        human = _powerctl(board, "status").stdout
+        assert "yielded   another tool changed values powerd had pinned" in human
         time.sleep(1.0)  # steps go on: powerd does not take the board back by itself
         assert job.phase == "idle" and job.mode is None
         assert (gpu / "max_freq").read_text().strip() == str(other)
