@@ -85,6 +85,9 @@ class Registry:
     # requests for the control path (restore, predict, pareto)
     requests: collections.deque[tuple[str, ReplyTo, Any]] = field(default_factory=collections.deque)
     wake: threading.Event = field(default_factory=threading.Event)
+    # registers and set_budgets so far: a board powerd yielded to another tool is taken
+    # again on the next one ([device] on_external_change = "yield")
+    claims: int = 0
 
     _per_owner: collections.Counter = field(default_factory=collections.Counter)
     _effective: float | None = None  # cached lowest budget (None: recompute)
