@@ -7,9 +7,14 @@
     .venv/bin/python tools/strategy_replay.py --summary --seeds 0,1,2 --fresh
 
 No daemon, no emulator: powerd.optimize.replay plays the profiler (trace rows with ~2% time
-and 0.2 W power noise, windows aborted 1 W over budget). Budgets are swept upwards (Orin
-AGX 17..50 W, Orin Nano 8..20 W) as one workload whose budget changes, so samples and the
-fitted model carry over; --fresh solves every budget from scratch instead.
+and 0.2 W power noise, windows aborted 1 W over budget). Budgets span each trace's own power
+range (its lowest mode + 1 W to its highest, 1 W apart), solved as one workload whose budget
+changes in a mixed (seeded) order, so samples and the fitted model carry over; --order up
+sweeps upwards; --fresh solves every budget from scratch instead. Inference traces replay
+at batch size 1 (`--batch-size`) as if their batches were training steps.
+
+Hold-out discipline: the traces in powerd.optimize.replay.HELD_OUT are never replayed unless
+--include-held-out is given; do not tune knobs on what that prints.
 
 powertrain runs with the bundled reference model and the ridge transfer of powerd.predictor
 (--predictor reference, the default); --predictor oracle uses the replay's stand-ins (the
@@ -35,21 +40,25 @@ sys.path.insert(0, str(REPO))
 from powerd.modes import FIELDS  # noqa: E402
 from powerd.optimize import STRATEGIES, make_strategy  # noqa: E402
 from powerd.optimize.replay import (  # noqa: E402
+    HELD_OUT,
     GridSpace,
     NoiseModel,
     NoisyOracle,
     RidgeFitter,
     SweepResult,
-    default_budgets,
     format_table,
+    load_trace,
+    mixed_order,
+    own_range_budgets,
     replay_sweep,
 )
-from powerd.sim.trace import REFERENCE_CORPUS, TRACE_DIR, Trace  # noqa: E402
+from powerd.sim.trace import TRACE_DIR, Trace  # noqa: E402
 
 VISIBLE = (
-    REFERENCE_CORPUS,
     TRACE_DIR / "orin_agx_mobilenetv3_gld23k_train.csv",
     TRACE_DIR / "orin_nano_resnet18_imagenet_train.csv",
+    TRACE_DIR / "orin_agx_resnet18_imagenet_infer.csv",
+    TRACE_DIR / "orin_agx_mobilenetv3_gld23k_infer.csv",
 )
 
 
@@ -66,7 +75,9 @@ def predictor_pair(kind: str, trace: Trace, seed: int):
 
 def run(strategy: str, trace: Trace, args: argparse.Namespace, seed: int) -> SweepResult:
     space = GridSpace.from_trace(trace)
-    budgets = parse_budgets(args.budgets) if args.budgets else default_budgets(trace)
+    budgets = list(parse_budgets(args.budgets) if args.budgets else own_range_budgets(trace))
+    if not args.fresh and args.order == "mixed":
+        budgets = mixed_order(budgets, seed)
     factory, fitter = (None, None)
     if strategy == "powertrain":
         factory, fitter = predictor_pair(args.predictor, trace, seed)
@@ -98,11 +109,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--budgets", help="lo:hi (1 W steps) or a,b,c; default by board")
     ap.add_argument("--seeds", default="0", help="noise seeds, e.g. 0,1,2 (tables: first)")
     ap.add_argument("--fresh", action="store_true", help="solve every budget from scratch")
+    ap.add_argument("--order", default="mixed", choices=("mixed", "up"), help="without --fresh")
+    ap.add_argument("--batch-size", type=int, help="inference traces (default: smallest)")
+    ap.add_argument("--include-held-out", action="store_true", help="replay HELD_OUT too")
     ap.add_argument("--summary", action="store_true", help="aggregates only")
     args = ap.parse_args(argv)
 
     seeds = [int(s) for s in args.seeds.split(",")]
-    traces = [Trace.load(p) for p in (args.trace or VISIBLE)]
+    traces = [load_trace(p, args.batch_size) for p in (args.trace or VISIBLE)]
+    held = [t.name for t in traces if t.name in HELD_OUT]
+    if held and not args.include_held_out:
+        print(f"skipping held-out {', '.join(held)} (--include-held-out to replay it)")
+        traces = [t for t in traces if t.name not in HELD_OUT]
     for strategy in args.strategy or STRATEGIES:
         for trace in traces:
             results = [run(strategy, trace, args, s) for s in seeds]

@@ -21,6 +21,7 @@ import hashlib
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
@@ -414,8 +415,41 @@ def replay_sweep(
 
 
 def default_budgets(trace: Trace) -> tuple[float, ...]:
-    """The sweep used for a board: Orin Nano-class (max power < 30 W) 8..20 W, else 17..50 W."""
+    """The old fixed sweep of a board: Orin Nano-class (max power < 30 W) 8..20 W, else
+    17..50 W. Prefer own_range_budgets: a fixed sweep hides a narrow workload's hard
+    budgets among trivially met ones."""
     return NANO_BUDGETS if float(trace.power_w.max()) < 30.0 else AGX_BUDGETS
+
+
+def own_range_budgets(trace: Trace, step_w: float = 1.0) -> tuple[float, ...]:
+    """Budgets over the workload's own power range: whole watts from its lowest mode's
+    power + 1 W up to (and including the first at or above) its highest mode's power."""
+    lo = math.ceil(float(np.min(trace.power_w)) + 1.0)
+    hi = math.ceil(float(np.max(trace.power_w)))
+    n = int(round((hi - lo) / step_w)) + 1
+    return tuple(float(lo + i * step_w) for i in range(max(n, 1)))
+
+
+def mixed_order(budgets: Sequence[float], seed: int) -> list[float]:
+    """The budgets shuffled (seeded): a workload whose budget steps down as well as up."""
+    out = list(budgets)
+    np.random.default_rng(seed).shuffle(out)
+    return out
+
+
+# Traces never used to tune the strategies (their figures are out-of-sample); every other
+# visible trace was replayed while choosing the knobs. Keep this set out of all tuning.
+HELD_OUT = frozenset({"orin_agx_mobilenetv3_gld23k_infer@bs1"})
+
+
+def trace_label(path: str | Path, batch_size: int | None) -> str:
+    """A trace's name for reports: the file's stem, with @bsN for an inference batch size."""
+    stem = Path(path).stem
+    return f"{stem}@bs{batch_size}" if batch_size is not None else stem
+
+
+def sample_label(label: str) -> str:
+    return "held-out" if label in HELD_OUT else "in-sample"
 
 
 def format_table(result: SweepResult, per_budget: bool = True) -> str:
@@ -449,3 +483,24 @@ def _short(mode: PowerMode) -> str:
     return (
         f"{mode.cores}/{mode.cpu_khz // 1000}/{mode.gpu_hz // 1_000_000}/{mode.emc_hz // 1_000_000}"
     )
+
+
+def load_trace(path: str | Path, batch_size: int | None = None) -> Trace:
+    """A trace to replay as training steps. An inference trace is taken at `batch_size`
+    (default: its smallest) and named with it (see trace_label)."""
+    trace = Trace.load(path, batch_size=batch_size)
+    sizes = _batch_sizes(path)
+    if sizes:
+        trace.name = trace_label(path, batch_size if batch_size is not None else min(sizes))
+    return trace
+
+
+def _batch_sizes(path: str | Path) -> list[int]:
+    """The batch sizes of an inference trace; [] for a training trace."""
+    import csv
+
+    with Path(path).open(newline="") as f:
+        rows = csv.DictReader(f)
+        if "batch_size" not in (rows.fieldnames or []):
+            return []
+        return sorted({int(r["batch_size"]) for r in rows})
