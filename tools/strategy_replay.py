@@ -82,13 +82,24 @@ def run(strategy: str, trace: Trace, args: argparse.Namespace, seed: int) -> Swe
     if strategy == "powertrain":
         factory, fitter = predictor_pair(args.predictor, trace, seed)
     return replay_sweep(
-        lambda: make_strategy(strategy, space, predictor_factory=factory, max_modes=args.modes),
+        lambda: make_strategy(
+            strategy, space, predictor_factory=factory, max_modes=args.modes, **knobs(args)
+        ),
         trace,
         budgets,
         fitter=fitter,
         noise=NoiseModel(seed=seed),
         share_samples=not args.fresh,
     )
+
+
+def knobs(args: argparse.Namespace) -> dict[str, float]:
+    """--set key=value pairs (numbers) for the strategy's Tuning."""
+    out = {}
+    for kv in args.set:
+        k, v = kv.split("=", 1)
+        out[k] = float(v) if "." in v or "e" in v else int(v)
+    return out
 
 
 def parse_budgets(text: str) -> list[float]:
@@ -111,6 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--fresh", action="store_true", help="solve every budget from scratch")
     ap.add_argument("--order", default="mixed", choices=("mixed", "up"), help="without --fresh")
     ap.add_argument("--batch-size", type=int, help="inference traces (default: smallest)")
+    ap.add_argument("--set", action="append", default=[], help="tuning knob, e.g. min_gain=0.02")
     ap.add_argument("--include-held-out", action="store_true", help="replay HELD_OUT too")
     ap.add_argument("--summary", action="store_true", help="aggregates only")
     args = ap.parse_args(argv)
