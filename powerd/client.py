@@ -218,6 +218,22 @@ class Job:
         return self._state.budget_w
 
     @property
+    def objective(self) -> str:
+        """"power_budget" (the fastest mode within the budget) or "step_time" (the
+        lowest-power mode meeting `step_time_ms`)."""
+        return self._state.objective
+
+    @property
+    def step_time_ms(self) -> float | None:
+        return self._state.step_time_ms
+
+    @property
+    def fastest_ms(self) -> float | None:
+        """Under the step-time objective, when the target cannot be met: the fastest
+        measured step time (the mode pinned instead)."""
+        return self._state.fastest_ms
+
+    @property
     def message(self) -> str:
         return self._state.message
 
@@ -330,6 +346,7 @@ class NoopJob:
     mode = None
     batch_size = 1
     message = "no powerd daemon: running without power management"
+    objective = "power_budget"  # no daemon: nothing is pinned either way
 
     def __init__(self, kind: str, budget_w: float | None):
         self.kind = kind
@@ -376,8 +393,13 @@ def request(
     rate_hz: float | None = None,
     required: bool = True,
     endpoint: str | None = None,
+    step_time_ms: float | None = None,
 ) -> Job | InferenceJob | NoopJob:
-    """Ask powerd for a power budget (None = the admin's default) and register this job."""
+    """Ask powerd for a power budget (None = the admin's default) and register this job.
+
+    step_time_ms: a training job's step-time target instead (e.g. a round's deadline
+    divided by its steps): powerd pins the lowest-power mode whose measured step time
+    meets it, within `budget_w` if given; `job.objective` is then "step_time"."""
     global _warned_noop
     ep = resolve_endpoint(endpoint)
     msg = p.Register(
@@ -387,6 +409,7 @@ def request(
         latency_ms=latency_ms,
         rate_hz=rate_hz,
         pid=os.getpid(),
+        step_time_ms=step_time_ms,
     )
     try:
         _check_ipc_path(ep)

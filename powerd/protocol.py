@@ -42,6 +42,9 @@ class Register(_Msg):
     latency_ms: FiniteFloat | None = Field(None, gt=0)
     rate_hz: FiniteFloat | None = Field(None, gt=0)
     pid: int | None = None
+    # The step-time objective (training): pin the lowest-power mode whose measured step
+    # time meets this, within budget_w if one is given. None: the power-budget objective.
+    step_time_ms: FiniteFloat | None = Field(None, gt=0)
 
 
 class Steps(_Msg):
@@ -138,6 +141,10 @@ class JobState(_Msg):
     batch_size: int | None = None
     heartbeat_ms: int = 1000
     message: str = ""
+    objective: Literal["power_budget", "step_time"] = "power_budget"
+    step_time_ms: float | None = None  # the target in force (objective "step_time")
+    # step_time: the fastest measured step time when the target cannot be met
+    fastest_ms: float | None = None
 
 
 class Ok(_Msg):

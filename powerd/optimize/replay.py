@@ -485,6 +485,74 @@ def _short(mode: PowerMode) -> str:
     )
 
 
+# --------------------------------------------------------------------------- step-time targets
+
+
+@dataclass
+class TimeTargetResult:
+    target_ms: float
+    mode: PowerMode
+    feasible: bool  # the strategy's claim
+    time_ms: float  # true (trace) values of the committed mode
+    power_w: float
+    best_power_w: float  # the lowest-power traced mode meeting the target (nan: none)
+    new_probes: int
+
+    @property
+    def met(self) -> bool:
+        """The true step time meets the target, with 2 % slack."""
+        return self.time_ms <= 1.02 * self.target_ms
+
+    @property
+    def power_excess(self) -> float:
+        return self.power_w / self.best_power_w - 1.0
+
+
+def time_targets(trace: Trace, budgets: Iterable[float], slack: float = 0.03) -> list[float]:
+    """Feasible step-time targets spread like the budgets: the best time under each budget,
+    loosened by `slack` (so that a target is not exactly one mode's time)."""
+    out = []
+    for b in budgets:
+        best = trace.best_under(b)
+        if best is not None:
+            out.append(round(best.time_ms * (1.0 + slack), 3))
+    return sorted(set(out))
+
+
+def replay_time_targets(
+    make: Callable[[], Strategy],
+    trace: Trace,
+    targets: Iterable[float],
+    cap_w: float,
+    fitter: Fitter | None = None,
+    noise: NoiseModel | None = None,
+) -> list[TimeTargetResult]:
+    """Every target a new workload (a fresh StepTimeSearch over `make()`), judged against
+    the trace: does the pinned mode's true time meet it, and at what power."""
+    from powerd.optimize.time_target import StepTimeSearch
+
+    measurer = TraceMeasurer(trace, noise)
+    out = []
+    for target in targets:
+        search = StepTimeSearch(make(), target)
+        samples: dict[PowerMode, Measurement] = {}
+        commit, stats = solve_budget(search, cap_w, samples, measurer, fitter)
+        row = trace.lookup(commit.mode)
+        ok = trace.power_w[trace.time_ms <= target]
+        out.append(
+            TimeTargetResult(
+                target_ms=target,
+                mode=commit.mode,
+                feasible=commit.feasible,
+                time_ms=row.time_ms,
+                power_w=row.power_w,
+                best_power_w=float(ok.min()) if ok.size else math.nan,
+                new_probes=stats["probes"],
+            )
+        )
+    return out
+
+
 def load_trace(path: str | Path, batch_size: int | None = None) -> Trace:
     """A trace to replay as training steps. An inference trace is taken at `batch_size`
     (default: its smallest) and named with it (see trace_label)."""
