@@ -22,8 +22,9 @@ Totals: median/mean/worst time penalty, budgets whose pinned mode's true power i
 more than 0.5 W, modes profiled (per budget and in total; changed budgets apart from the
 first), share of profiling time above the budget + 1 W (the daemon's own accounting),
 prediction MAPE over every traced mode (`powerctl predict`; with --fresh the median over
-the budgets' models), and time to the first committed mode (from the job's start,
-emulated seconds at the time scale).
+the budgets' models) and the share of true values inside the predicted intervals, and
+time to the first committed mode (from the job's start, emulated seconds at the time
+scale).
 
 Each trace is labelled in-sample (the strategy's knobs were tuned by replaying it) or
 held-out (never used for tuning: its figures are the honest ones); see HELD_OUT.
@@ -50,6 +51,7 @@ from powerd.optimize.replay import (  # noqa: E402
     own_range_budgets,
     sample_label,
 )
+from powerd.predictor.transfer import INTERVAL_COVERAGE  # noqa: E402
 from powerd.sim.harness import EmulatedBoard  # noqa: E402
 from powerd.sim.job import run_training_job  # noqa: E402
 from powerd.sim.trace import Trace  # noqa: E402
@@ -152,9 +154,13 @@ def main() -> int:
             if got:
                 # fresh: every budget's workload has its own model, fitted on the modes that
                 # fit that budget: the median over them
+                cal_t = [g[2] for g in got if g[2] is not None]
+                cal_p = [g[3] for g in got if g[3] is not None]
                 mape = (
                     statistics.median(g[0] for g in got),
                     statistics.median(g[1] for g in got),
+                    statistics.median(cal_t) if cal_t else None,
+                    statistics.median(cal_p) if cal_p else None,
                 )
     if not rows:
         return 1
@@ -197,6 +203,11 @@ def report(args, trace, budgets, rows, status, workloads, mape) -> None:
         if args.fresh:
             line += " (median over the budgets' models)"
         print(f"prediction MAPE (every traced mode): {line}")
+        if mape[2] is not None and mape[3] is not None:
+            print(
+                f"interval calibration:     true time inside {mape[2]:.0f} %, true power "
+                f"inside {mape[3]:.0f} % of modes (nominal {100 * INTERVAL_COVERAGE:.0f} %)"
+            )
     first = rows[0]["decide_s"]
     line = f"first budget {first:.1f} s"
     if args.fresh:
@@ -210,8 +221,10 @@ def report(args, trace, budgets, rows, status, workloads, mape) -> None:
 
 def prediction_mape(
     endpoint: str, trace: Trace, workload: str | None, time_scale: float
-) -> tuple[float, float] | None:
-    """`powerctl predict` for the workload against the trace, over every traced mode."""
+) -> tuple[float, float, float | None, float | None] | None:
+    """`powerctl predict` for the workload against the trace, over every traced mode:
+    (time MAPE %, power MAPE %, share of true times / powers inside the predicted interval
+    in % (None when the reply carries no intervals))."""
     if workload is None:
         return None
     try:
@@ -221,17 +234,27 @@ def prediction_mape(
         return None
     assert isinstance(reply, p.Predictions)
     pred = {(r["cores"], r["cpu_khz"], r["gpu_hz"], r["emc_hz"]): r for r in reply.rows}
-    t_err, p_err = [], []
+    t_err, p_err, t_in, p_in = [], [], [], []
     for row in trace.rows:
         r = pred.get(row.mode.as_tuple())
         if r is None:
             continue
         # the daemon sees the emulated (scaled) step times
-        t_err.append(abs(r["time_ms"] / (row.time_ms * time_scale) - 1))
+        true_t = row.time_ms * time_scale
+        t_err.append(abs(r["time_ms"] / true_t - 1))
         p_err.append(abs(r["power_w"] / row.power_w - 1))
+        if r.get("time_ms_lo") is not None and r.get("time_ms_hi") is not None:
+            t_in.append(r["time_ms_lo"] <= true_t <= r["time_ms_hi"])
+        if r.get("power_w_lo") is not None and r.get("power_w_hi") is not None:
+            p_in.append(r["power_w_lo"] <= row.power_w <= r["power_w_hi"])
     if not t_err:
         return None
-    return 100 * float(np.mean(t_err)), 100 * float(np.mean(p_err))
+    return (
+        100 * float(np.mean(t_err)),
+        100 * float(np.mean(p_err)),
+        100 * float(np.mean(t_in)) if t_in else None,
+        100 * float(np.mean(p_in)) if p_in else None,
+    )
 
 
 if __name__ == "__main__":
