@@ -237,8 +237,16 @@ class Daemon:
         found = self._predictions(req.workload, req.id)
         if isinstance(found, p.Error):
             return found
-        modes, t, pw, _ = found
-        return p.Predictions(id=req.id, workload=req.workload, rows=_rows(modes, t, pw))
+        modes, t, pw, w = found
+        bounds = None
+        interval = getattr(w.predictor, "predict_interval", None)  # fitted predictors only
+        if interval is not None:
+            try:
+                _, t_lo, t_hi, _, p_lo, p_hi = interval(modes)
+                bounds = (t_lo, t_hi, p_lo, p_hi)
+            except Exception as exc:  # noqa: BLE001 - the predictions stand without bounds
+                log.warning("no prediction intervals for %s: %s", req.workload, exc)
+        return p.Predictions(id=req.id, workload=req.workload, rows=_rows(modes, t, pw, bounds))
 
     def _on_pareto(self, req: p.Pareto, identity: bytes, now: float) -> p.BaseModel:
         found = self._predictions(req.workload, req.id)
@@ -492,8 +500,10 @@ class Daemon:
         self.device.close()
 
 
-def _rows(modes: Any, t: Any, pw: Any) -> list[dict[str, Any]]:
-    return [
+def _rows(modes: Any, t: Any, pw: Any, bounds: Any = None) -> list[dict[str, Any]]:
+    """One dict per mode; with `bounds` (time lo, hi, power lo, hi arrays) also the model's
+    uncertainty interval, time_ms_lo/hi and power_w_lo/hi (null where it has none)."""
+    rows = [
         {
             "cores": int(m[0]),
             "cpu_khz": int(m[1]),
@@ -506,6 +516,12 @@ def _rows(modes: Any, t: Any, pw: Any) -> list[dict[str, Any]]:
         }
         for m, a, b in zip(modes, t, pw, strict=True)
     ]
+    if bounds is not None:
+        keys = ("time_ms_lo", "time_ms_hi", "power_w_lo", "power_w_hi")
+        for key, values in zip(keys, bounds, strict=True):
+            for row, v in zip(rows, values, strict=True):
+                row[key] = float(v) if math.isfinite(v) else None
+    return rows
 
 
 # ---- sockets -----------------------------------------------------------------------------
