@@ -31,6 +31,7 @@ from powerd.modes import PowerMode
 from powerd.optimize import make_strategy
 from powerd.optimize.base import Measurement
 from powerd.optimize.pareto import pareto_front
+from powerd.optimize.time_target import StepTimeSearch
 from powerd.profiler import WindowSpec
 from powerd.store import Store
 from powerd.tuner import Tuner, TunerFailed, TunerHooks, WorkloadState
@@ -56,6 +57,7 @@ class JobRecord:
     latency_ms: float | None = None
     rate_hz: float | None = None
     message: str = ""
+    step_time_ms: float | None = None  # the step-time objective's target (None: budget)
 
     def describe(self, phase: str) -> dict[str, Any]:
         return {
@@ -185,6 +187,7 @@ class Daemon:
             registered=now,
             latency_ms=req.latency_ms,
             rate_hz=req.rate_hz,
+            step_time_ms=req.step_time_ms,
         )
         self.jobs[job_id] = job
         log.info(
@@ -346,6 +349,11 @@ class Daemon:
         message = job.message
         if self.tuner is not None and self.tuner_job == job.id and self.tuner.message:
             message = self.tuner.message
+        fastest = None
+        if self.tuner is not None and self.tuner_job == job.id:
+            fastest = getattr(self.tuner.strategy, "fastest_ms", None)
+            c = self.tuner.committed
+            fastest = fastest if c is not None and not c.feasible else None
         return p.JobState(
             id=msg_id,
             job=job.id,
@@ -354,6 +362,9 @@ class Daemon:
             budget_w=job.budget_w,
             heartbeat_ms=max(100, self.cfg.server.heartbeat_timeout_ms // 5),
             message=message,
+            objective="power_budget" if job.step_time_ms is None else "step_time",
+            step_time_ms=job.step_time_ms,
+            fastest_ms=fastest,
         )
 
     def _budget_changed(self) -> None:
@@ -414,7 +425,12 @@ class Daemon:
         if not waiting:
             return
         job = min(waiting, key=lambda j: j.registered)
-        self.tuner = Tuner(job.workload, self.effective_budget(), self.spec, self._hooks())
+        search = None
+        if job.step_time_ms is not None:
+            search = StepTimeSearch(job.workload.strategy, job.step_time_ms)
+        self.tuner = Tuner(
+            job.workload, self.effective_budget(), self.spec, self._hooks(), strategy=search
+        )
         self.tuner_job = job.id
         job.message = ""
 
