@@ -301,7 +301,8 @@ class PowerTrain(Strategy):
 
     def _decide(self, budget_w: float, own: dict[PowerMode, Measurement]) -> Action:
         room = self._limit - len(own)
-        if room > 0 and not self._seeding_done(own):
+        # a budget change spends its few modes on picks, not on seeds for the model
+        if room > 0 and self._first and not self._seeding_done(own):
             fitted = len(self._fitted_on) if self._fitted_on is not None else 0
             if len(own) - fitted < self.cfg.batch:
                 seed = self._next_seed(budget_w, own)
