@@ -40,7 +40,10 @@ transfer, see tools/strategy_replay.py):
   traces), that costs some mean penalty against letting changes use the leftover room
   (MobileNet training 13.5 -> 13.0 %, ResNet-18 inference at batch 1 8.0 -> 10.3 %,
   Orin Nano 6.8 -> 10.5 %, with the first-budget knobs below), but keeps every change's
-  profiling cost bounded;
+  profiling cost bounded. A change measures picks only, no seeds: spent on seeds, the 4
+  modes of a step up from a low first budget found nothing better (MobileNet 17 -> 24 W:
+  66.7 % penalty; on picks: 3.6 %; the mixed sweep's mean: Nano 10.5 -> 6.3 %, MobileNet
+  13.0 -> 13.2 %, ResNet-18 inference 10.3 -> 12.3 %);
 * but most jobs keep the budget they asked for: the workload's first budget may spend
   all its room on picks (`first_room_share`), with no escalation and a low bar on the
   chance to fit (0.15). Replayed one budget per fresh workload over each trace's own
