@@ -358,6 +358,22 @@ class Job:
         return self._state.budget_w
 
     @property
+    def objective(self) -> str:
+        """"power_budget" (the fastest mode within the budget) or "step_time" (the
+        lowest-power mode meeting `step_time_ms`)."""
+        return self._state.objective
+
+    @property
+    def step_time_ms(self) -> float | None:
+        return self._state.step_time_ms
+
+    @property
+    def fastest_ms(self) -> float | None:
+        """Under the step-time objective, when the target cannot be met: the fastest
+        measured step time (the mode pinned instead)."""
+        return self._state.fastest_ms
+
+    @property
     def message(self) -> str:
         return self._state.message
 
@@ -724,6 +740,7 @@ class NoopJob:
     feasible = True
     best_latency_ms = None
     message = "no powerd daemon: running without power management"
+    objective = "power_budget"  # no daemon: nothing is pinned either way
 
     def __init__(self, kind: str, budget_w: float | None):
         self.kind = kind
@@ -770,8 +787,13 @@ def request(
     required: bool = True,
     endpoint: str | None = None,
     batch_sizes: Sequence[int] | None = None,
+    step_time_ms: float | None = None,
 ) -> Job | InferenceJob | NoopJob:
-    """Ask powerd for a power budget (None = the admin's default) and register this job."""
+    """Ask powerd for a power budget (None = the admin's default) and register this job.
+
+    step_time_ms: a training job's step-time target instead (e.g. a round's deadline
+    divided by its steps): powerd pins the lowest-power mode whose measured step time
+    meets it, within `budget_w` if given; `job.objective` is then "step_time"."""
     ep = resolve_endpoint(endpoint)
     msg = p.Register(
         kind=kind,  # type: ignore[arg-type]
@@ -781,6 +803,7 @@ def request(
         rate_hz=rate_hz,
         pid=os.getpid(),
         batch_sizes=None if batch_sizes is None else [int(b) for b in batch_sizes],
+        step_time_ms=step_time_ms,
     )
     try:
         _check_ipc_path(ep)

@@ -477,8 +477,16 @@ class ControlLoop:
         found = self._predictions(req.workload, msg_id)
         if isinstance(found, p.Error):
             return found
-        modes, t, pw, _ = found
-        return p.Predictions(id=msg_id, workload=req.workload, rows=rows(modes, t, pw))
+        modes, t, pw, w = found
+        bounds = None
+        interval = getattr(w.predictor, "predict_interval", None)  # fitted predictors only
+        if interval is not None:
+            try:
+                _, t_lo, t_hi, _, p_lo, p_hi = interval(modes)
+                bounds = (t_lo, t_hi, p_lo, p_hi)
+            except Exception as exc:  # noqa: BLE001 - the predictions stand without bounds
+                log.warning("no prediction intervals for %s: %s", req.workload, exc)
+        return p.Predictions(id=msg_id, workload=req.workload, rows=rows(modes, t, pw, bounds))
 
     def _answer_pareto(self, msg_id: int, req: p.Pareto) -> p.BaseModel:
         found = self._predictions(req.workload, msg_id)
@@ -609,8 +617,10 @@ class ControlLoop:
         self.planner = None
 
 
-def rows(modes: Any, t: Any, pw: Any) -> list[dict[str, Any]]:
-    return [
+def rows(modes: Any, t: Any, pw: Any, bounds: Any = None) -> list[dict[str, Any]]:
+    """One dict per mode; with `bounds` (time lo, hi, power lo, hi arrays) also the model's
+    uncertainty interval, time_ms_lo/hi and power_w_lo/hi (null where it has none)."""
+    out = [
         {
             "cores": int(m[0]),
             "cpu_khz": int(m[1]),
@@ -623,3 +633,9 @@ def rows(modes: Any, t: Any, pw: Any) -> list[dict[str, Any]]:
         }
         for m, a, b in zip(modes, t, pw, strict=True)
     ]
+    if bounds is not None:
+        keys = ("time_ms_lo", "time_ms_hi", "power_w_lo", "power_w_hi")
+        for key, values in zip(keys, bounds, strict=True):
+            for row, v in zip(out, values, strict=True):
+                row[key] = float(v) if math.isfinite(v) else None
+    return out

@@ -72,6 +72,9 @@ class Register(_Msg):
     pid: int | None = Field(None, ge=0, le=2**31)
     # Inference: the batch sizes the job can run (powerd picks one; None = the daemon's default)
     batch_sizes: list[Annotated[int, Field(ge=1, le=65536)]] | None = Field(None, max_length=64)
+    # The step-time objective (training): pin the lowest-power mode whose measured step
+    # time meets this, within budget_w if one is given. None: the power-budget objective.
+    step_time_ms: FiniteFloat | None = Field(None, gt=0)
 
 
 class Steps(_Msg):
@@ -203,6 +206,10 @@ class JobState(_Msg):
     gate: Literal["open", "managed"] = "open"
     gate_token: str | None = Field(None, max_length=64)
     gate_timeout_ms: int = 5000  # the longest a gate wait may last (heartbeat timeout)
+    objective: Literal["power_budget", "step_time"] = "power_budget"
+    step_time_ms: float | None = None  # the target in force (objective "step_time")
+    # step_time: the fastest measured step time when the target cannot be met
+    fastest_ms: float | None = None
 
 
 class GateOpen(_Msg):

@@ -71,10 +71,18 @@ class TunerHooks:
 
 class Tuner:
     def __init__(
-        self, workload: WorkloadState, budget_w: float, spec: WindowSpec, hooks: TunerHooks
+        self,
+        workload: WorkloadState,
+        budget_w: float,
+        spec: WindowSpec,
+        hooks: TunerHooks,
+        strategy: Strategy | None = None,
     ):
         self.workload = workload
         self.budget_w = budget_w
+        # another objective's search over the workload's strategy (StepTimeSearch); its
+        # commits are not the budget's decisions, so none are remembered or reused
+        self.strategy = strategy
         self.spec = spec
         self.hooks = hooks
         self.state = "deciding"
@@ -148,10 +156,11 @@ class Tuner:
     def _decide(self, now: float) -> bool:
         """Run one strategy step; True if it started something that takes time."""
         w = self.workload
-        known = w.remembered(self.budget_w)
+        known = w.remembered(self.budget_w) if self.strategy is None else None
         # a budget this workload was already tuned for: no profiling, straight to its mode
+        strategy = self.strategy or w.strategy
         action = (
-            Commit(known) if known is not None else w.strategy.next_action(self.budget_w, w.samples)
+            Commit(known) if known is not None else strategy.next_action(self.budget_w, w.samples)
         )
         if isinstance(action, Measure):
             if not self._switch(action.mode):
@@ -174,7 +183,11 @@ class Tuner:
         if self.decided_after_s is None:
             self.decided_after_s = now - self.started
         m = w.samples.get(action.mode)
-        if action.feasible and w.decisions.get(self.budget_w) != action.mode:
+        if (
+            self.strategy is None
+            and action.feasible
+            and w.decisions.get(self.budget_w) != action.mode
+        ):
             w.decisions[self.budget_w] = action.mode
             self.hooks.on_sample(w)
         self.message = (
@@ -183,6 +196,12 @@ class Tuner:
             else f"no measured mode fits {self.budget_w:g} W: "
             "holding the lowest-power mode measured"
         )
+        target = getattr(self.strategy, "step_time_ms", None)
+        if target is not None and not action.feasible:
+            self.message = (
+                f"no measured mode meets {target:g} ms per step within {self.budget_w:g} W: "
+                "holding the fastest measured"
+            )
         if m is not None:
             self.hooks.on_commit(action.mode, m)
         return True

@@ -66,7 +66,13 @@ def test_predict_json_covers_the_mode_space(tuned_board, nano_trace):
     assert res.returncode == 0, res.stderr
     rows = json.loads(res.stdout)
     assert len(rows) == tuned_board.status()["mode_space_size"] == len(nano_trace)
-    assert set(rows[0]) == {"cores", "cpu_khz", "gpu_hz", "emc_hz", "time_ms", "power_w"}
+    assert set(rows[0]) >= {"cores", "cpu_khz", "gpu_hz", "emc_hz", "time_ms", "power_w"}
+    # the fitted model's own uncertainty per mode (additive to the contract's keys)
+    bounds = {"time_ms_lo", "time_ms_hi", "power_w_lo", "power_w_hi"}
+    assert set(rows[0]) - {"cores", "cpu_khz", "gpu_hz", "emc_hz", "time_ms", "power_w"} == bounds
+    for r in rows:
+        assert r["time_ms_lo"] < r["time_ms"] < r["time_ms_hi"]
+        assert r["power_w_lo"] < r["power_w"] < r["power_w_hi"]
     # where it profiled (a 12 W budget: the low-power modes) the fit must be close; the
     # time predictions are of the emulated job's scaled step times
     near = [(r, nano_trace.lookup(_mode(r))) for r in rows]

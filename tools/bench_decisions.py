@@ -2,18 +2,32 @@
 """Decision benchmark: replay a trace through the emulator and the real daemon over a sweep
 of budgets, and compare each pinned mode with the trace's brute-force best under the budget.
 
-    .venv/bin/python tools/bench_decisions.py --board orin-agx --budgets 17:50 \
-        --trace powerd/sim/traces/orin_agx_mobilenetv3_gld23k_train.csv --strategy binary-search
+    .venv/bin/python tools/bench_decisions.py --board orin-agx --fresh \
+        --trace powerd/sim/traces/orin_agx_mobilenetv3_gld23k_train.csv
+    .venv/bin/python tools/bench_decisions.py --board orin-agx --batch-size 1 \
+        --trace powerd/sim/traces/orin_agx_mobilenetv3_gld23k_infer.csv
 
-One job per budget. By default the budgets share one workload (samples and the fitted model
-carry over, as for a real workload whose budget changes); --fresh gives every budget a new
-workload, so each one is profiled from scratch (probes per budget).
+Budgets: by default the trace's OWN power range, from its lowest mode's power + 1 W up to
+its highest mode's power, 1 W apart (`--budgets lo:hi` or `a,b,c` to choose). An inference
+trace is replayed as if its batches were training steps, at `--batch-size` (default: the
+smallest traced one).
 
-Totals: median/mean/max time penalty, budgets whose pinned mode's true power is over by more
-than 0.5 W, modes profiled, share of profiling time above the budget (and above budget +
-1 W, from the daemon's own accounting), prediction MAPE over every traced mode
-(`powerctl predict`; with --fresh the median over the budgets' models and the last one),
-and time to decision (from the job's start to the first pinned mode, emulated seconds).
+One job per budget, in one of two regimes:
+* `--fresh`: every budget is a new workload, profiled from scratch (the common case);
+* default: one workload whose budget changes, in a MIXED order (a shuffle seeded by
+  `--seed`, so steps down follow steps up): samples and the fitted model carry over,
+  as for `job.set_budget`. `--order up` sweeps upwards instead.
+
+Totals: median/mean/worst time penalty, budgets whose pinned mode's true power is over by
+more than 0.5 W, modes profiled (per budget and in total; changed budgets apart from the
+first), share of profiling time above the budget + 1 W (the daemon's own accounting),
+prediction MAPE over every traced mode (`powerctl predict`; with --fresh the median over
+the budgets' models) and the share of true values inside the predicted intervals, and
+time to the first committed mode (from the job's start, emulated seconds at the time
+scale).
+
+Each trace is labelled in-sample (the strategy's knobs were tuned by replaying it) or
+held-out (never used for tuning: its figures are the honest ones); see HELD_OUT.
 """
 
 from __future__ import annotations
@@ -31,6 +45,13 @@ import numpy as np  # noqa: E402
 from powerd import protocol as p  # noqa: E402
 from powerd.client import call_once  # noqa: E402
 from powerd.errors import PowerdError  # noqa: E402
+from powerd.optimize.replay import (  # noqa: E402
+    load_trace,
+    mixed_order,
+    own_range_budgets,
+    sample_label,
+)
+from powerd.predictor.transfer import INTERVAL_COVERAGE  # noqa: E402
 from powerd.sim.harness import EmulatedBoard  # noqa: E402
 from powerd.sim.job import run_training_job  # noqa: E402
 from powerd.sim.trace import Trace  # noqa: E402
@@ -50,15 +71,20 @@ def main() -> int:
     )
     ap.add_argument("--trace", required=True)
     ap.add_argument("--board", default="orin-agx", choices=["orin-agx", "orin-nano"])
-    ap.add_argument("--budgets", default="17:50", help="lo:hi (1 W steps) or a,b,c")
+    ap.add_argument("--batch-size", type=int, help="inference trace: the batch size to replay")
+    ap.add_argument("--budgets", help="lo:hi (1 W steps) or a,b,c; default: the trace's own range")
     ap.add_argument("--strategy", default="powertrain", choices=["powertrain", "binary-search"])
     ap.add_argument("--time-scale", type=float, default=0.03)
     ap.add_argument("--fresh", action="store_true", help="a new workload for every budget")
+    ap.add_argument("--order", default="mixed", choices=["mixed", "up"], help="without --fresh")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
 
-    trace = Trace.load(args.trace)
-    budgets = parse_budgets(args.budgets)
+    trace = load_trace(args.trace, args.batch_size)
+    budgets = parse_budgets(args.budgets) if args.budgets else list(own_range_budgets(trace))
+    if not args.fresh and args.order == "mixed":
+        budgets = mixed_order(budgets, args.seed)
+    regime = "new workload per budget" if args.fresh else f"one workload, {args.order} order"
     rows = []
     t_start = time.monotonic()
     with EmulatedBoard(
@@ -67,8 +93,9 @@ def main() -> int:
         store = Store(board.state_dir)
         board_key = board.status()["board_key"]
         print(
-            f"{trace.name} on emulated {args.board}, strategy {args.strategy}, "
-            f"{len(budgets)} budgets, time scale {args.time_scale:g}",
+            f"{trace.name} ({sample_label(trace.name)}) on emulated {args.board}, strategy "
+            f"{args.strategy}, {regime}, {len(budgets)} budgets "
+            f"{min(budgets):g}-{max(budgets):g} W, time scale {args.time_scale:g}",
             flush=True,
         )
         print(
@@ -103,6 +130,7 @@ def main() -> int:
             rows.append(
                 dict(
                     budget=b,
+                    first=i == 0,
                     new=seen - before,
                     penalty=pen,
                     over=row.power_w - b,
@@ -125,56 +153,78 @@ def main() -> int:
             got = [g for g in got if g is not None]
             if got:
                 # fresh: every budget's workload has its own model, fitted on the modes that
-                # fit that budget; the median, and the last (highest) budget's model
+                # fit that budget: the median over them
+                cal_t = [g[2] for g in got if g[2] is not None]
+                cal_p = [g[3] for g in got if g[3] is not None]
                 mape = (
                     statistics.median(g[0] for g in got),
                     statistics.median(g[1] for g in got),
-                    got[-1],
+                    statistics.median(cal_t) if cal_t else None,
+                    statistics.median(cal_p) if cal_p else None,
                 )
     if not rows:
         return 1
+    report(args, trace, budgets, rows, status, workloads, mape)
+    print(f"wall time:                {time.monotonic() - t_start:.0f} s")
+    return 0
+
+
+def report(args, trace, budgets, rows, status, workloads, mape) -> None:
     pens = [r["penalty"] for r in rows]
     over = [r for r in rows if r["over"] > 0.5]
     print()
+    print(f"trace:                    {trace.name} ({sample_label(trace.name)})")
     print(f"budgets decided:          {len(rows)}/{len(budgets)}")
     print(
         f"time penalty:             median {100 * statistics.median(pens):.1f} %, "
-        f"mean {100 * statistics.fmean(pens):.1f} %, max {100 * max(pens):.1f} %"
+        f"mean {100 * statistics.fmean(pens):.1f} %, worst {100 * max(pens):.1f} %"
     )
     print(f"over budget by > 0.5 W:   {len(over)} ({100 * len(over) / len(rows):.1f} % of budgets)")
-    print(
-        f"modes profiled:           {sum(r['new'] for r in rows)} in all, "
-        f"{statistics.fmean(r['new'] for r in rows):.1f} per budget"
-    )
+    new = [r["new"] for r in rows]
+    line = f"{sum(new)} in all, per budget mean {statistics.fmean(new):.1f}, max {max(new)}"
+    later = [r["new"] for r in rows if not r["first"]]
+    if not args.fresh and rows[0]["first"] and later:
+        line += (
+            f"; first budget {rows[0]['new']}, each change after it mean "
+            f"{statistics.fmean(later):.1f}, max {max(later)}"
+        )
+    print(f"modes profiled:           {line}")
     costs = [c for w in workloads if (c := (status.get("profiling") or {}).get(w))]
     seconds = sum(c["seconds"] for c in costs)
     if seconds > 0:
         above = sum(c["share_above_budget"] * c["seconds"] for c in costs) / seconds
         above1 = sum(c["share_above_budget_1w"] * c["seconds"] for c in costs) / seconds
         print(
-            f"profiling time above budget: {100 * above:.1f} % "
-            f"(above budget + 1 W: {100 * above1:.1f} %) of {seconds:.0f} s"
+            f"profiling time above budget + 1 W: {100 * above1:.1f} % "
+            f"(above budget: {100 * above:.1f} %) of {seconds:.0f} s"
         )
     if mape is not None:
         line = f"time {mape[0]:.1f} %, power {mape[1]:.1f} %"
         if args.fresh:
-            line += (
-                f" (median over the budgets' models; the {rows[-1]['budget']:g} W model: "
-                f"{mape[2][0]:.1f} % / {mape[2][1]:.1f} %)"
-            )
+            line += " (median over the budgets' models)"
         print(f"prediction MAPE (every traced mode): {line}")
-    print(
-        f"time to decision:         median {statistics.median(r['decide_s'] for r in rows):.1f} s "
-        f"(time scale {args.time_scale:g})"
-    )
-    print(f"wall time:                {time.monotonic() - t_start:.0f} s")
-    return 0
+        if mape[2] is not None and mape[3] is not None:
+            print(
+                f"interval calibration:     true time inside {mape[2]:.0f} %, true power "
+                f"inside {mape[3]:.0f} % of modes (nominal {100 * INTERVAL_COVERAGE:.0f} %)"
+            )
+    first = rows[0]["decide_s"]
+    line = f"first budget {first:.1f} s"
+    if args.fresh:
+        line = f"median {statistics.median(r['decide_s'] for r in rows):.1f} s, worst "
+        line += f"{max(r['decide_s'] for r in rows):.1f} s"
+    elif len(rows) > 1:
+        later_s = statistics.median(r["decide_s"] for r in rows[1:])
+        line += f", after a change median {later_s:.1f} s"
+    print(f"time to first committed mode: {line} (emulated, time scale {args.time_scale:g})")
 
 
 def prediction_mape(
     endpoint: str, trace: Trace, workload: str | None, time_scale: float
-) -> tuple[float, float] | None:
-    """`powerctl predict` for the workload against the trace, over every traced mode."""
+) -> tuple[float, float, float | None, float | None] | None:
+    """`powerctl predict` for the workload against the trace, over every traced mode:
+    (time MAPE %, power MAPE %, share of true times / powers inside the predicted interval
+    in % (None when the reply carries no intervals))."""
     if workload is None:
         return None
     try:
@@ -184,17 +234,27 @@ def prediction_mape(
         return None
     assert isinstance(reply, p.Predictions)
     pred = {(r["cores"], r["cpu_khz"], r["gpu_hz"], r["emc_hz"]): r for r in reply.rows}
-    t_err, p_err = [], []
+    t_err, p_err, t_in, p_in = [], [], [], []
     for row in trace.rows:
         r = pred.get(row.mode.as_tuple())
         if r is None:
             continue
         # the daemon sees the emulated (scaled) step times
-        t_err.append(abs(r["time_ms"] / (row.time_ms * time_scale) - 1))
+        true_t = row.time_ms * time_scale
+        t_err.append(abs(r["time_ms"] / true_t - 1))
         p_err.append(abs(r["power_w"] / row.power_w - 1))
+        if r.get("time_ms_lo") is not None and r.get("time_ms_hi") is not None:
+            t_in.append(r["time_ms_lo"] <= true_t <= r["time_ms_hi"])
+        if r.get("power_w_lo") is not None and r.get("power_w_hi") is not None:
+            p_in.append(r["power_w_lo"] <= row.power_w <= r["power_w_hi"])
     if not t_err:
         return None
-    return 100 * float(np.mean(t_err)), 100 * float(np.mean(p_err))
+    return (
+        100 * float(np.mean(t_err)),
+        100 * float(np.mean(p_err)),
+        100 * float(np.mean(t_in)) if t_in else None,
+        100 * float(np.mean(p_in)) if p_in else None,
+    )
 
 
 if __name__ == "__main__":

@@ -7,9 +7,14 @@
     .venv/bin/python tools/strategy_replay.py --summary --seeds 0,1,2 --fresh
 
 No daemon, no emulator: powerd.optimize.replay plays the profiler (trace rows with ~2% time
-and 0.2 W power noise, windows aborted 1 W over budget). Budgets are swept upwards (Orin
-AGX 17..50 W, Orin Nano 8..20 W) as one workload whose budget changes, so samples and the
-fitted model carry over; --fresh solves every budget from scratch instead.
+and 0.2 W power noise, windows aborted 1 W over budget). Budgets span each trace's own power
+range (its lowest mode + 1 W to its highest, 1 W apart), solved as one workload whose budget
+changes in a mixed (seeded) order, so samples and the fitted model carry over; --order up
+sweeps upwards; --fresh solves every budget from scratch instead. Inference traces replay
+at batch size 1 (`--batch-size`) as if their batches were training steps.
+
+Hold-out discipline: the traces in powerd.optimize.replay.HELD_OUT are never replayed unless
+--include-held-out is given; do not tune knobs on what that prints.
 
 powertrain runs with the bundled reference model and the ridge transfer of powerd.predictor
 (--predictor reference, the default); --predictor oracle uses the replay's stand-ins (the
@@ -35,21 +40,27 @@ sys.path.insert(0, str(REPO))
 from powerd.modes import FIELDS  # noqa: E402
 from powerd.optimize import STRATEGIES, make_strategy  # noqa: E402
 from powerd.optimize.replay import (  # noqa: E402
+    HELD_OUT,
     GridSpace,
     NoiseModel,
     NoisyOracle,
     RidgeFitter,
     SweepResult,
-    default_budgets,
     format_table,
+    load_trace,
+    mixed_order,
+    own_range_budgets,
     replay_sweep,
+    replay_time_targets,
+    time_targets,
 )
-from powerd.sim.trace import REFERENCE_CORPUS, TRACE_DIR, Trace  # noqa: E402
+from powerd.sim.trace import TRACE_DIR, Trace  # noqa: E402
 
 VISIBLE = (
-    REFERENCE_CORPUS,
     TRACE_DIR / "orin_agx_mobilenetv3_gld23k_train.csv",
     TRACE_DIR / "orin_nano_resnet18_imagenet_train.csv",
+    TRACE_DIR / "orin_agx_resnet18_imagenet_infer.csv",
+    TRACE_DIR / "orin_agx_mobilenetv3_gld23k_infer.csv",
 )
 
 
@@ -66,18 +77,31 @@ def predictor_pair(kind: str, trace: Trace, seed: int):
 
 def run(strategy: str, trace: Trace, args: argparse.Namespace, seed: int) -> SweepResult:
     space = GridSpace.from_trace(trace)
-    budgets = parse_budgets(args.budgets) if args.budgets else default_budgets(trace)
+    budgets = list(parse_budgets(args.budgets) if args.budgets else own_range_budgets(trace))
+    if not args.fresh and args.order == "mixed":
+        budgets = mixed_order(budgets, seed)
     factory, fitter = (None, None)
     if strategy == "powertrain":
         factory, fitter = predictor_pair(args.predictor, trace, seed)
     return replay_sweep(
-        lambda: make_strategy(strategy, space, predictor_factory=factory, max_modes=args.modes),
+        lambda: make_strategy(
+            strategy, space, predictor_factory=factory, max_modes=args.modes, **knobs(args)
+        ),
         trace,
         budgets,
         fitter=fitter,
         noise=NoiseModel(seed=seed),
         share_samples=not args.fresh,
     )
+
+
+def knobs(args: argparse.Namespace) -> dict[str, float]:
+    """--set key=value pairs (numbers) for the strategy's Tuning."""
+    out = {}
+    for kv in args.set:
+        k, v = kv.split("=", 1)
+        out[k] = float(v) if "." in v or "e" in v else int(v)
+    return out
 
 
 def parse_budgets(text: str) -> list[float]:
@@ -98,11 +122,29 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--budgets", help="lo:hi (1 W steps) or a,b,c; default by board")
     ap.add_argument("--seeds", default="0", help="noise seeds, e.g. 0,1,2 (tables: first)")
     ap.add_argument("--fresh", action="store_true", help="solve every budget from scratch")
+    ap.add_argument("--order", default="mixed", choices=("mixed", "up"), help="without --fresh")
+    ap.add_argument("--batch-size", type=int, help="inference traces (default: smallest)")
+    ap.add_argument("--set", action="append", default=[], help="tuning knob, e.g. min_gain=0.02")
+    ap.add_argument(
+        "--step-time",
+        action="store_true",
+        help="the step-time objective: targets spread over the trace's own range instead",
+    )
+    ap.add_argument("--include-held-out", action="store_true", help="replay HELD_OUT too")
     ap.add_argument("--summary", action="store_true", help="aggregates only")
     args = ap.parse_args(argv)
 
     seeds = [int(s) for s in args.seeds.split(",")]
-    traces = [Trace.load(p) for p in (args.trace or VISIBLE)]
+    traces = [load_trace(p, args.batch_size) for p in (args.trace or VISIBLE)]
+    held = [t.name for t in traces if t.name in HELD_OUT]
+    if held and not args.include_held_out:
+        print(f"skipping held-out {', '.join(held)} (--include-held-out to replay it)")
+        traces = [t for t in traces if t.name not in HELD_OUT]
+    if args.step_time:
+        for strategy in args.strategy or STRATEGIES:
+            for trace in traces:
+                print(step_time_line(strategy, trace, args, seeds[0]), flush=True)
+        return 0
     for strategy in args.strategy or STRATEGIES:
         for trace in traces:
             results = [run(strategy, trace, args, s) for s in seeds]
@@ -112,6 +154,35 @@ def main(argv: list[str] | None = None) -> int:
                 print(summary_line(strategy, trace.name, results))
             print()
     return 0
+
+
+def step_time_line(strategy: str, trace: Trace, args: argparse.Namespace, seed: int) -> str:
+    """StepTimeSearch over the strategy, one new workload per target (the best time under
+    each of the trace's own-range budgets, +3 %), power cap above the trace's top."""
+    space = GridSpace.from_trace(trace)
+    factory, fitter = (None, None)
+    if strategy == "powertrain":
+        factory, fitter = predictor_pair(args.predictor, trace, seed)
+    targets = time_targets(trace, own_range_budgets(trace))
+    res = replay_time_targets(
+        lambda: make_strategy(
+            strategy, space, predictor_factory=factory, max_modes=args.modes, **knobs(args)
+        ),
+        trace,
+        targets,
+        cap_w=float(trace.power_w.max()) + 5.0,
+        fitter=fitter,
+        noise=NoiseModel(seed=seed),
+    )
+    excess = [r.power_excess for r in res]
+    return (
+        f"{strategy:13s} {trace.name:38s} step-time targets {len(res)}: true time within "
+        f"2 % of the target on {100 * np.mean([r.met for r in res]):.0f} %, power over the "
+        f"lowest-power mode meeting it median {100 * np.median(excess):.1f} % "
+        f"(worst {100 * max(excess):.1f} %), claimed infeasible "
+        f"{sum(not r.feasible for r in res)}, probes per target "
+        f"{np.mean([r.new_probes for r in res]):.1f}"
+    )
 
 
 def summary_line(strategy: str, trace: str, results: list[SweepResult]) -> str:

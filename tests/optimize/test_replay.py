@@ -112,3 +112,26 @@ def test_sweep_judges_against_the_brute_force_best(nano: Trace) -> None:
     over = [r.overshoot_w > 0.5 for r in res.rows]
     assert res.share_over == pytest.approx(sum(over) / len(over))
     assert "median penalty" in format_table(res)
+
+
+def test_own_range_budgets_span_the_workloads_power_range():
+    from powerd.optimize.replay import load_trace, own_range_budgets
+    from powerd.sim.trace import TRACE_DIR
+
+    trace = load_trace(TRACE_DIR / "orin_agx_mobilenetv3_gld23k_infer.csv", batch_size=1)
+    assert trace.name == "orin_agx_mobilenetv3_gld23k_infer@bs1"
+    assert len(trace) == 441  # one batch size only
+    budgets = own_range_budgets(trace)
+    assert budgets[0] >= trace.power_w.min() + 1.0 > budgets[0] - 1.0
+    assert budgets[-1] >= trace.power_w.max() > budgets[-2]
+    assert all(b - a == 1.0 for a, b in zip(budgets, budgets[1:], strict=False))
+
+
+def test_mixed_order_steps_down_and_is_seeded():
+    from powerd.optimize.replay import mixed_order
+
+    budgets = [float(b) for b in range(10, 30)]
+    a, b = mixed_order(budgets, 0), mixed_order(budgets, 0)
+    assert a == b and sorted(a) == budgets and a != budgets
+    assert any(y < x for x, y in zip(a, a[1:], strict=False))
+    assert mixed_order(budgets, 1) != a

@@ -1,0 +1,154 @@
+"""The step-time objective: pin the lowest-power mode whose *measured* step time meets a target.
+
+    search = StepTimeSearch(make_strategy(name, space, ...), step_time_ms=250.0)
+    action = search.next_action(cap_w, samples)     # Measure | Fit | Commit, as any Strategy
+
+Works with either budget strategy, unchanged: it bisects the power budget handed to the
+inner strategy. Under budget B the inner strategy pins the fastest mode it measures within
+B, so the lowest budget whose pinned mode meets the target holds the lowest-power mode
+meeting it (up to the bisection tolerance and the inner strategy's own misses). The same
+measuring rules apply: every candidate is measured on the job's steps, and only measured
+times count.
+
+1. Solve the cap (the job's power budget, or the board's top): the fastest mode there. If
+   its measured time misses the target, the target is infeasible: Commit it with
+   feasible=False (`fastest_ms` says what is achievable).
+2. Bisect between the lowest measured power and the best candidate's measured power,
+   until the bracket is narrower than `tol_w`.
+3. Commit the lowest-power measured mode whose measured time meets the target.
+
+For powertrain each bisection step is a budget change (its own few modes); the samples
+(and the fitted model) carry over, so later steps cost little.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+from powerd.modes import PowerMode
+from powerd.optimize.base import Action, Commit, Measurement, Predictor, Strategy
+
+OBJECTIVES = ("power_budget", "step_time")
+
+
+def meets(m: Measurement, step_time_ms: float, cap_w: float) -> bool:
+    """Measured, not aborted, within the power cap, and at least as fast as the target."""
+    return (
+        not m.aborted_over_budget
+        and math.isfinite(m.time_ms)
+        and m.time_ms <= step_time_ms
+        and m.power_w <= cap_w
+    )
+
+
+def lowest_power_meeting(
+    samples: Mapping[PowerMode, Measurement], step_time_ms: float, cap_w: float
+) -> Measurement | None:
+    ok = [m for m in samples.values() if meets(m, step_time_ms, cap_w)]
+    return min(ok, key=lambda m: (m.power_w, m.time_ms)) if ok else None
+
+
+class StepTimeSearch(Strategy):
+    """Bisects the budget of an inner budget strategy (see the module docstring)."""
+
+    def __init__(
+        self, inner: Strategy, step_time_ms: float, tol_w: float = 0.5, margin: float = 0.01
+    ):
+        if not step_time_ms > 0:
+            raise ValueError(f"step_time_ms must be > 0, got {step_time_ms}")
+        self.inner = inner
+        self.name = f"{inner.name}/step-time"
+        self.step_time_ms = float(step_time_ms)
+        self.tol_w = tol_w
+        # measured times must beat the target by this share: the lowest-power mode among
+        # many near the target is the one whose measurement erred low (winner's curse)
+        self.margin = margin
+        self.fastest_ms: float | None = None  # measured at the cap (infeasible: the best)
+        self._cap: float | None = None
+        self._lo = self._hi = math.nan
+        self._probe: float | None = None  # the budget the inner strategy is solving
+        self._done = False
+
+    @property
+    def fallback(self):  # the server reports an inner strategy's stand-in
+        return getattr(self.inner, "fallback", None)
+
+    @property
+    def _goal(self) -> float:
+        return self.step_time_ms * (1.0 - self.margin)
+
+    def set_target(self, step_time_ms: float) -> None:
+        """A new target: search again (the samples carry over)."""
+        if step_time_ms != self.step_time_ms:
+            self.step_time_ms = float(step_time_ms)
+            self._cap = None
+
+    def on_fitted(self, predictor: Predictor) -> None:
+        self.inner.on_fitted(predictor)
+
+    def next_action(self, budget_w: float, samples: Mapping[PowerMode, Measurement]) -> Action:
+        """`budget_w` is the power cap the pinned mode must also respect."""
+        if self._cap != budget_w:
+            self._cap, self._probe, self._done = budget_w, budget_w, False
+            self.fastest_ms = None
+        for _ in range(64):  # each pass narrows the bracket; 64 is far more than needed
+            if self._done:
+                break
+            assert self._probe is not None
+            action = self.inner.next_action(self._probe, samples)
+            if not isinstance(action, Commit):
+                return action
+            self._advance(action, samples)
+        self._done = True
+        return self._final(samples)
+
+    def _advance(self, commit: Commit, samples: Mapping[PowerMode, Measurement]) -> None:
+        """The inner strategy pinned `commit` under budget self._probe: narrow the bracket."""
+        assert self._cap is not None and self._probe is not None
+        m = samples.get(commit.mode)
+        ok = commit.feasible and m is not None and meets(m, self._goal, self._probe)
+        if self._probe == self._cap:  # step 1: the fastest within the cap
+            if m is not None and commit.feasible and math.isfinite(m.time_ms):
+                self.fastest_ms = m.time_ms
+            if not ok:
+                self._done = True
+                return
+            # the lower end is found by probing: a budget nothing fits makes the inner
+            # strategy measure the lowest mode, which then bounds the bracket
+            self._lo, self._hi = 0.0, m.power_w  # type: ignore[union-attr]
+        elif ok:
+            self._hi = m.power_w  # type: ignore[union-attr]
+        else:
+            self._lo = self._probe
+            # no mode measured below the lowest measured power can exist
+            floor = [s.power_w for s in samples.values() if math.isfinite(s.power_w)]
+            self._lo = max(self._lo, min(floor) - self.tol_w)
+        best = lowest_power_meeting(samples, self._goal, self._cap)
+        if best is not None:
+            self._hi = min(self._hi, best.power_w)
+        if self._hi - self._lo <= self.tol_w:
+            self._done = True
+        else:
+            self._probe = round((self._lo + self._hi) / 2, 3)
+
+    def _final(self, samples: Mapping[PowerMode, Measurement]) -> Action:
+        assert self._cap is not None
+        best = lowest_power_meeting(samples, self._goal, self._cap)
+        if best is not None:
+            return Commit(best.mode)
+        # infeasible: the fastest measured mode within the cap
+        within = [
+            m
+            for m in samples.values()
+            if not m.aborted_over_budget and math.isfinite(m.time_ms) and m.power_w <= self._cap
+        ]
+        if within:
+            fastest = min(within, key=lambda m: (m.time_ms, m.power_w))
+            self.fastest_ms = fastest.time_ms
+            return Commit(fastest.mode, feasible=False)
+        # nothing usable measured at all: the inner strategy's own conclusion at the cap
+        action = self.inner.next_action(self._cap, samples)
+        if isinstance(action, Commit):
+            return Commit(action.mode, feasible=False)
+        return action
