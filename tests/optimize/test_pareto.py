@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -105,14 +103,17 @@ def test_mismatched_lengths_rejected() -> None:
         pareto_front(np.zeros(3), np.zeros(4))
 
 
-def test_fast_on_a_large_mode_space() -> None:
+def test_a_large_mode_space_front_is_consistent() -> None:
+    # its speed is a benchmark figure (tools/bench_predictor.py), not asserted here
     rng = np.random.default_rng(1)
     t = rng.uniform(50, 2000, 18_000)
     p = rng.uniform(10, 60, 18_000)
-    t0 = time.perf_counter()
     f = pareto_front(t, p)
-    for b in range(10, 61):
-        fastest_under(t, p, float(b))
-    elapsed = time.perf_counter() - t0
     assert len(f) > 0
-    assert elapsed < 0.5, f"front + 51 lookups on 18k modes took {elapsed:.3f} s"
+    for b in range(10, 61):
+        i = fastest_under(t, p, float(b))
+        under = p <= b
+        if i is None:
+            assert not under.any()
+        else:
+            assert p[i] <= b and t[i] == t[under].min()
