@@ -91,21 +91,7 @@ class Hostile:
         r = self.r
         job = r.choice(self.job_ids) if self.job_ids and r.random() < 0.8 else "0" * 12
         t0 = r.uniform(0, 1e5)
-        kind = r.choice(
-            [
-                "register",
-                "steps",
-                "steps",
-                "set_budget",
-                "set_rate",
-                "close",
-                "status",
-                "predict",
-                "pareto",
-                "set_default_budget",
-                "restore",
-            ]
-        )
+        kind = r.choice([*p.REQUEST_TYPES, "steps"])  # steps twice: the busiest message
         body: dict = {"v": 1, "id": r.randrange(1, 10**6), "type": kind}
         if kind == "register":
             body.update(budget_w=r.uniform(10, 80), workload=r.choice(WORKLOADS), pid=1)
