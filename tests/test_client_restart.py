@@ -13,6 +13,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
+from waiting import wait_for
 
 import powerd
 from powerd import client as c
@@ -61,15 +62,6 @@ class TrainingLoop(threading.Thread):
         assert self.error is None, f"the training loop saw {self.error!r}"
 
 
-def _wait(pred, timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if pred():
-            return
-        time.sleep(0.02)
-    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
-
-
 def _jobs(board: EmulatedBoard) -> list[dict]:
     try:
         return board.status()["jobs"]
@@ -87,29 +79,29 @@ def test_a_live_job_registers_again_after_a_daemon_restart(
     loop = TrainingLoop(job)
     loop.start()
     try:
-        _wait(lambda: job.mode is not None, 20, "a first mode")
+        wait_for(lambda: job.mode is not None, 20, "a first mode")
         old_id = job.id
         board.stop_daemon(sig)
         time.sleep(0.3)
         board.start_daemon()
         # heartbeats every 300 ms on this board: back within a few of them
-        _wait(
+        wait_for(
             lambda: [j["id"] for j in _jobs(board)] == [job.id] and job.id != old_id,
             5,
             "the job to register again",
         )
         (record,) = _jobs(board)
         assert record["workload"] == "survivor" and record["budget_w"] == 33
-        _wait(lambda: job.mode is not None, 20, "a mode from the new daemon")
+        wait_for(lambda: job.mode is not None, 20, "a mode from the new daemon")
         steps_before = record["steps"]
-        _wait(lambda: _jobs(board)[0]["steps"] > steps_before, 5, "steps to reach it")
+        wait_for(lambda: _jobs(board)[0]["steps"] > steps_before, 5, "steps to reach it")
     finally:
         loop.stop()
     again = [r for r in caplog.records if "registered again" in r.getMessage()]
     assert len(again) == 1, [r.getMessage() for r in caplog.records]
     job.close()
-    _wait(lambda: not _jobs(board), 5, "the job to end")
-    _wait(lambda: knob_snapshot(board.root) == board.baseline, 10, "the baseline")  # type: ignore[attr-defined]
+    wait_for(lambda: not _jobs(board), 5, "the job to end")
+    wait_for(lambda: knob_snapshot(board.root) == board.baseline, 10, "the baseline")  # type: ignore[attr-defined]
 
 
 def test_a_gone_daemon_makes_the_job_a_bounded_no_op_until_it_returns(
@@ -121,27 +113,27 @@ def test_a_gone_daemon_makes_the_job_a_bounded_no_op_until_it_returns(
     loop = TrainingLoop(job, period_s=0.002)
     loop.start()
     try:
-        _wait(lambda: job.mode is not None, 20, "a first mode")
+        wait_for(lambda: job.mode is not None, 20, "a first mode")
         board.stop_daemon()
-        _wait(lambda: not job.connected, 10, "the job to notice the daemon is gone")
+        wait_for(lambda: not job.connected, 10, "the job to notice the daemon is gone")
         assert job.phase == "idle" and job.mode is None
         # a burst far beyond what the socket or the queue would hold: memory stays flat
         dropped = job.steps_dropped
         for _ in range(200_000):
             job.step()
-        _wait(lambda: len(job._steps) < 1000, 2, "the queue to be emptied")
+        wait_for(lambda: len(job._steps) < 1000, 2, "the queue to be emptied")
         assert job.steps_dropped >= dropped + 200_000 - c.MAX_QUEUED_STEPS
         job.set_budget(40)  # remembered for when the daemon returns, without blocking
         gone = [r for r in caplog.records if "has not answered" in r.getMessage()]
         assert len(gone) == 1
         board.start_daemon()
-        _wait(
+        wait_for(
             lambda: job.connected and [j["budget_w"] for j in _jobs(board)] == [40],
             5,
             "the job to register again with the budget set while the daemon was gone",
         )
-        _wait(lambda: job.mode is not None, 20, "a mode from the new daemon")
+        wait_for(lambda: job.mode is not None, 20, "a mode from the new daemon")
     finally:
         loop.stop()
     job.close()
-    _wait(lambda: not _jobs(board), 5, "the job to end")
+    wait_for(lambda: not _jobs(board), 5, "the job to end")

@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from waiting import wait_for
 
 import powerd
 from powerd.sim.harness import EmulatedBoard, knob_snapshot
@@ -72,22 +73,12 @@ class Stepper(threading.Thread):
         self.join(5)
 
 
-def _wait(pred, timeout_s: float, what: str, board: EmulatedBoard | None = None) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if pred():
-            return
-        time.sleep(0.02)
-    tail = "" if board is None else "\n" + board.log_tail()
-    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}{tail}")
-
-
 def _tuned_job(board: EmulatedBoard, workload: str) -> tuple[powerd.Job, Stepper]:
     job = powerd.request(budget_w=33, workload=workload, endpoint=board.endpoint)
     assert isinstance(job, powerd.Job)
     stepper = Stepper(job)
     stepper.start()
-    _wait(lambda: job.phase == "tuned" and job.mode is not None, 90, "a tuned mode", board)
+    wait_for(lambda: job.phase == "tuned" and job.mode is not None, 90, "a tuned mode", board)
     return job, stepper
 
 
@@ -127,11 +118,11 @@ def test_reapply_puts_the_pinned_mode_back_and_logs_what_changed(
         assert mode is not None
         gpu = _gpu_window(board, mode.gpu_hz)
         other = _other_tool_writes(gpu, mode.gpu_hz)
-        _wait(lambda: _external_faults(board), 5, "the change to be seen", board)
+        wait_for(lambda: _external_faults(board), 5, "the change to be seen", board)
         rel = "/" + str(gpu.relative_to(board.root))
         both = {f"{rel}/max_freq", f"{rel}/min_freq"}
         # the two writes may fall into one check or two
-        _wait(
+        wait_for(
             lambda: both <= {c["file"] for f in _external_faults(board) for c in f["changes"]},
             5,
             "both changed files to be reported",
@@ -144,7 +135,7 @@ def test_reapply_puts_the_pinned_mode_back_and_logs_what_changed(
         assert {c["expected"] for c in changes} == {str(mode.gpu_hz)}
         assert {c["found"] for c in changes} == {str(other)}
         assert "unknown process" in faults[0]["message"]  # sysfs cannot say who wrote it
-        _wait(
+        wait_for(
             lambda: (gpu / "max_freq").read_text().strip() == str(mode.gpu_hz)
             and (gpu / "min_freq").read_text().strip() == str(mode.gpu_hz),
             5,
@@ -159,7 +150,7 @@ def test_reapply_puts_the_pinned_mode_back_and_logs_what_changed(
     finally:
         stepper.stop()
     job.close()
-    _wait(lambda: knob_snapshot(board.root) == board.baseline, 10, "the baseline", board)  # type: ignore[attr-defined]
+    wait_for(lambda: knob_snapshot(board.root) == board.baseline, 10, "the baseline", board)  # type: ignore[attr-defined]
 
 
 def test_yield_releases_the_board_and_takes_it_again_on_the_next_request(
@@ -173,7 +164,7 @@ def test_yield_releases_the_board_and_takes_it_again_on_the_next_request(
         gpu = _gpu_window(board, mode.gpu_hz)
         rel = "sys/" + str(gpu.relative_to(board.root / "sys"))
         other = _other_tool_writes(gpu, mode.gpu_hz)
-        _wait(lambda: job.phase == "idle", 5, "the job to read idle", board)
+        wait_for(lambda: job.phase == "idle", 5, "the job to read idle", board)
         assert "gave the board up" in job.message and "max_freq" in job.message
         (fault,) = _external_faults(board)
         assert fault["action"] == "yielded" and fault["active"] is True
@@ -194,7 +185,7 @@ def test_yield_releases_the_board_and_takes_it_again_on_the_next_request(
         assert (gpu / "max_freq").read_text().strip() == str(other)
 
         job.set_budget(32)  # the next request: powerd drives the board again
-        _wait(lambda: job.mode is not None, 60, "a mode after the next request", board)
+        wait_for(lambda: job.mode is not None, 60, "a mode after the next request", board)
         (fault,) = _external_faults(board)
         assert fault["active"] is False
     finally:
@@ -203,7 +194,7 @@ def test_yield_releases_the_board_and_takes_it_again_on_the_next_request(
     # the fresh baseline saved after the yield holds the other tool's GPU window
     want = dict(board.baseline)  # type: ignore[attr-defined]
     want[f"{rel}/max_freq"] = want[f"{rel}/min_freq"] = str(other)
-    _wait(lambda: knob_snapshot(board.root) == want, 10, "the other tool's state", board)
+    wait_for(lambda: knob_snapshot(board.root) == want, 10, "the other tool's state", board)
 
 
 def test_status_shows_jtop_nvpmodel_and_baseline(reapply_board: EmulatedBoard) -> None:
@@ -257,14 +248,14 @@ def test_an_admin_restore_that_fails_says_so_and_a_live_client_stays_released(
         assert "RESTORE FAILED" in human and "mrq_rate_locked" in human
 
         # the client learns its job was released on purpose: it does not register again
-        _wait(lambda: job.phase == "idle", 5, "the job to read idle", board)
+        wait_for(lambda: job.phase == "idle", 5, "the job to read idle", board)
         time.sleep(2.0)  # several heartbeats
         assert board.status()["jobs"] == []
 
         # the kernel takes writes again: the idle retry (2 s back-off) finishes the restore
         emc_lock.rmdir()
         emc_lock.write_text("1\n")
-        _wait(
+        wait_for(
             lambda: board.status()["baseline"]["restore_problem"] is None,
             10,
             "the idle retry to restore the board",

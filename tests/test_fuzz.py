@@ -17,6 +17,7 @@ from collections.abc import Iterator
 
 import pytest
 import zmq
+from waiting import wait_for
 
 import powerd
 from powerd import protocol as p
@@ -334,15 +335,6 @@ def barrage(board: EmulatedBoard, n: int, seed: int) -> dict[str, int]:
     return counts
 
 
-def _wait(pred, timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if pred():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
-
-
 def _assert_still_serves_and_restores(board: EmulatedBoard) -> None:
     assert board.daemon is not None and board.daemon.poll() is None, board.log_tail()
     assert board.status()["board"]
@@ -353,8 +345,8 @@ def _assert_still_serves_and_restores(board: EmulatedBoard) -> None:
             time.sleep(0.01)
         assert job.mode is not None, board.log_tail()
     # the fuzzing connections' jobs end by heartbeat timeout; then the board is given back
-    _wait(lambda: not board.status()["jobs"], 15, "every job to end")
-    _wait(
+    wait_for(lambda: not board.status()["jobs"], 15, "every job to end")
+    wait_for(
         lambda: knob_snapshot(board.root) == board.baseline,  # type: ignore[attr-defined]
         10,
         "the board's knobs to return to the baseline",

@@ -10,6 +10,7 @@ import textwrap
 import time
 
 import pytest
+from waiting import wait_for
 
 from powerd.sim.harness import EmulatedBoard, knob_snapshot
 from powerd.sim.trace import TRACE_DIR, Trace
@@ -37,15 +38,6 @@ def board(trace):
     with EmulatedBoard("orin-agx", trace, time_scale=TS, strategy="binary-search") as b:
         b.baseline = knob_snapshot(b.root)
         yield b
-
-
-def wait_for(pred, timeout_s, what):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if pred():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
 
 
 def _pin_the_board(board):

@@ -6,6 +6,7 @@ import time
 from pathlib import Path
 
 import pytest
+from waiting import poll_until
 
 from powerd.device import sysfs
 from powerd.device.baseline import BASELINE_FILE, Baseline, restore_baseline
@@ -33,15 +34,6 @@ def knob_state(ctl: Controller) -> dict[str, str]:
     return state
 
 
-def wait_for(cond, timeout_s: float = 2.0) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while not cond():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.005)
-    return True
-
-
 def test_restore_without_a_daemon_from_root_and_state_dir(
     emulated_agx: Emulator, tmp_path: Path
 ) -> None:
@@ -57,7 +49,7 @@ def test_restore_without_a_daemon_from_root_and_state_dir(
     assert knob_state(ctl) == before
     assert not (state / BASELINE_FILE).exists()
     assert emulated_agx.rejected_writes == []
-    assert wait_for(lambda: emulated_agx.effective_mode().cores == 12)
+    assert poll_until(lambda: emulated_agx.effective_mode().cores == 12)
     assert "restored" in str(report)
 
 
@@ -112,8 +104,8 @@ def test_unusual_baseline_offline_cores_and_locked_emc(
         sysfs.write_value(cpu / f"cpu{n}/online", 0)
     sysfs.write_value(emc / "mrq_rate_locked", 1)
     sysfs.write_value(emc / "rate", 665600000)
-    assert wait_for(lambda: (cpu / "online").read_text().strip() == "0-7")
-    assert wait_for(lambda: emulated_agx.effective_mode().emc_hz == 665600000)
+    assert poll_until(lambda: (cpu / "online").read_text().strip() == "0-7")
+    assert poll_until(lambda: emulated_agx.effective_mode().emc_hz == 665600000)
 
     state = tmp_path / "state"
     ctl = controller(emulated_agx, state)
@@ -124,7 +116,7 @@ def test_unusual_baseline_offline_cores_and_locked_emc(
     assert report.restored, report.problems
     assert knob_state(ctl) == before
     assert (cpu / "online").read_text().strip() == "0-7"
-    assert wait_for(lambda: emulated_agx.effective_mode().emc_hz == 665600000)
+    assert poll_until(lambda: emulated_agx.effective_mode().emc_hz == 665600000)
     assert emulated_agx.rejected_writes == []
 
 
@@ -229,7 +221,7 @@ def test_torn_baseline_returns_the_board_to_the_nvpmodel_mode_in_force(
     assert (gpu / "max_freq").read_text().strip() == _conf_value(root, 1, "GPU", "MAX_FREQ")
     emc = root / "sys/kernel/debug/bpmp/debug/clk/emc"
     assert (emc / "mrq_rate_locked").read_text().strip() == "0"
-    assert wait_for(lambda: emulated_agx.effective_mode().cores == 4)
+    assert poll_until(lambda: emulated_agx.effective_mode().cores == 4)
 
 
 def test_a_switch_after_a_torn_baseline_saves_the_known_good_state_not_the_dead_mode(
@@ -325,7 +317,7 @@ def test_offline_cluster_at_save_time_gives_a_partial_baseline(
     policy8 = cpu / "cpufreq/policy8"
     for n in range(8, 12):
         sysfs.write_value(cpu / f"cpu{n}/online", 0)
-    assert wait_for(lambda: (policy8 / "scaling_max_freq").is_dir())
+    assert poll_until(lambda: (policy8 / "scaling_max_freq").is_dir())
     with pytest.raises(OSError):
         open(policy8 / "scaling_max_freq").read()  # noqa: SIM115 - root cannot read it either
 
@@ -345,7 +337,7 @@ def test_offline_cluster_at_save_time_gives_a_partial_baseline(
     assert len(report.partial) == 1 and "policy8" in report.partial[0]
     assert "unreadable at save time" in str(report) and "not put back as saved" in str(report)
     assert (cpu / "online").read_text().strip() == "0-7"
-    assert wait_for(lambda: (policy8 / "scaling_max_freq").is_dir())  # offline again
+    assert poll_until(lambda: (policy8 / "scaling_max_freq").is_dir())  # offline again
     emu.set_offline_reads_fail(False)
     # not left at the job's pin: the known-good state (MAXN: no cap) for the unknown values
     assert (policy8 / "scaling_max_freq").read_text().strip() == (

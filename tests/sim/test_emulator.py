@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 import pytest
+from waiting import poll_until
 
 from powerd.device.sysfs import read_int, read_text, write_value
 from powerd.modes import PowerMode
@@ -20,22 +21,13 @@ GPU = "sys/devices/17000000.ga10b/devfreq/17000000.ga10b"
 EMC = "sys/kernel/debug/bpmp/debug/clk/emc"
 
 
-def wait_for(cond, timeout_s: float = 2.0) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while not cond():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.003)
-    return True
-
-
 def settle(emu: Emulator) -> None:
     """Wait until the emulator has judged everything written so far: a sentinel write
     (railgate flip) is the last event in its queue."""
     path = emu.root / "sys/devices/17000000.ga10b/railgate_enable"
     before = len(emu.seen_writes)
     write_value(path, 1 - read_int(path))
-    assert wait_for(lambda: len(emu.seen_writes) > before)
+    assert poll_until(lambda: len(emu.seen_writes) > before)
     time.sleep(0.05)  # and let the cur timers (1-3 ms at time_scale 0.1) fire
 
 
@@ -119,7 +111,7 @@ def test_cur_follows_the_max_after_a_delay(make_emulated_board) -> None:
     write_value(root / GPU / "max_freq", 114750000)
     t0 = time.monotonic()
     assert read_int(root / GPU / "cur_freq") == 1300500000  # not yet
-    assert wait_for(lambda: read_int(root / GPU / "cur_freq") == 114750000)
+    assert poll_until(lambda: read_int(root / GPU / "cur_freq") == 114750000)
     assert time.monotonic() - t0 >= 0.025
 
 
@@ -151,7 +143,7 @@ def test_effective_mode_read_from_another_process(emulated_nano: Emulator) -> No
     settle_path = root / "sys/devices/platform/bus@0/17000000.gpu/devfreq/17000000.gpu"
     write_value(settle_path / "min_freq", 306000000)
     write_value(settle_path / "max_freq", 306000000)
-    assert wait_for(
+    assert poll_until(
         lambda: emulated_nano.effective_mode() == PowerMode(4, 1510400, 306000000, 2133000000)
     )
     code = (
@@ -186,7 +178,7 @@ def test_stop_ends_the_thread_and_start_is_idempotent(make_emulated_board) -> No
     emu.stop()  # twice is fine
     emu.start()  # and it can run again, with fresh watches
     write_value(emu.root / CPU / "cpu5/online", 0)
-    assert wait_for(lambda: emu.effective_mode().cores == 5)
+    assert poll_until(lambda: emu.effective_mode().cores == 5)
     emu.stop()
 
 

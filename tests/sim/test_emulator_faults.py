@@ -1,21 +1,12 @@
 """Faults the emulator injects: an offline cluster's cpufreq files cannot be read."""
 
-import time
 from pathlib import Path
 
 import pytest
+from waiting import poll_until
 
 from powerd.device import sysfs
 from powerd.device.errors import SysfsReadError
-
-
-def _wait(cond, timeout_s: float = 2.0) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while not cond():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.005)
-    return True
 
 
 def test_offline_cluster_reads_fail_until_a_core_returns(make_emulated_board) -> None:
@@ -24,10 +15,10 @@ def test_offline_cluster_reads_fail_until_a_core_returns(make_emulated_board) ->
     pol = cpu / "cpufreq/policy4"
     max_before = sysfs.read_text(pol / "scaling_max_freq")
     sysfs.write_value(cpu / "cpu4/online", 0)
-    assert _wait(lambda: sysfs.read_text(cpu / "online") == "0-3,5")
+    assert poll_until(lambda: sysfs.read_text(cpu / "online") == "0-3,5")
     assert sysfs.read_text(pol / "scaling_max_freq") == max_before  # cpu5 still online
     sysfs.write_value(cpu / "cpu5/online", 0)
-    assert _wait(lambda: (pol / "scaling_max_freq").is_dir())
+    assert poll_until(lambda: (pol / "scaling_max_freq").is_dir())
     for name in ("scaling_min_freq", "scaling_max_freq", "cpuinfo_max_freq"):
         with pytest.raises(SysfsReadError):
             sysfs.read_text(cpu / "cpu5/cpufreq" / name)  # through the cpuN link too
@@ -35,7 +26,7 @@ def test_offline_cluster_reads_fail_until_a_core_returns(make_emulated_board) ->
         with open(pol / "scaling_min_freq") as f:  # root reads fail as well
             f.read()
     sysfs.write_value(cpu / "cpu5/online", 1)
-    assert _wait(lambda: (pol / "scaling_max_freq").is_file())
+    assert poll_until(lambda: (pol / "scaling_max_freq").is_file())
     assert sysfs.read_text(pol / "scaling_max_freq") == max_before  # the limits it kept
     assert emu.rejected_writes == []
 
@@ -45,7 +36,7 @@ def test_stop_leaves_a_readable_tree(make_emulated_board) -> None:
     cpu: Path = emu.root / "sys/devices/system/cpu"
     for n in (4, 5):
         sysfs.write_value(cpu / f"cpu{n}/online", 0)
-    assert _wait(lambda: (cpu / "cpufreq/policy4/scaling_max_freq").is_dir())
+    assert poll_until(lambda: (cpu / "cpufreq/policy4/scaling_max_freq").is_dir())
     emu.stop()
     assert (cpu / "cpufreq/policy4/scaling_max_freq").is_file()
 
@@ -55,7 +46,7 @@ def test_without_injection_offline_clusters_stay_readable(make_emulated_board) -
     cpu: Path = emu.root / "sys/devices/system/cpu"
     for n in (4, 5):
         sysfs.write_value(cpu / f"cpu{n}/online", 0)
-    assert _wait(lambda: sysfs.read_text(cpu / "online") == "0-3")
+    assert poll_until(lambda: sysfs.read_text(cpu / "online") == "0-3")
     assert sysfs.read_text(cpu / "cpufreq/policy4/scaling_max_freq")
     emu.set_offline_reads_fail(True)  # switched on at run time
     assert (cpu / "cpufreq/policy4/scaling_max_freq").is_dir()
