@@ -7,7 +7,8 @@ Prints the median and p99 round trip of `set_budget` and `register` for one clie
 persistent DEALER socket, the wire protocol as the client library speaks it), the p50/p99
 of `register` when `--jobs` clients connect at once (a socket each, sent in one burst, each
 reply timed as it lands), and the cost per `job.step()` call of the real client. Targets
-(issue #8): <= 5 ms median for one client, p99 <= 50 ms with 200 jobs connecting at once, step() sub-us.
+(issue #8): <= 5 ms median for one client, p99 <= 50 ms with 200 jobs connecting at once,
+step() sub-us.
 """
 
 from __future__ import annotations

@@ -42,6 +42,27 @@ class Pair:
     batch_size: int
 
 
+def pair_grid(
+    modes: np.ndarray | Sequence[PowerMode], batch_sizes: Sequence[int]
+) -> tuple[
+    np.ndarray, tuple[int, ...], np.ndarray, np.ndarray, list[Pair], dict[Pair, int]
+]:
+    """Every (mode, batch size) pair, mode-major: (modes (N, 4), sorted batch sizes, each
+    pair's mode row, each pair's batch size, the pairs, pair -> row)."""
+    arr = np.array(
+        [m.as_tuple() if isinstance(m, PowerMode) else tuple(m) for m in modes], dtype=np.int64
+    )
+    if arr.ndim != 2 or arr.shape[1] != 4 or len(arr) == 0:
+        raise ValueError("modes must be a non-empty (N, 4) array")
+    sizes = tuple(sorted({int(b) for b in batch_sizes}))
+    if not sizes or sizes[0] < 1:
+        raise ValueError(f"batch sizes must be >= 1, got {list(batch_sizes)}")
+    grid_modes = np.repeat(arr, len(sizes), axis=0)
+    grid_b = np.tile(np.array(sizes, dtype=np.int64), len(arr))
+    pairs = [Pair(PowerMode(*map(int, m)), int(b)) for m, b in zip(grid_modes, grid_b, strict=True)]
+    return arr, sizes, grid_modes, grid_b, pairs, {q: i for i, q in enumerate(pairs)}
+
+
 @dataclass(frozen=True)
 class PairMeasurement:
     """What was measured while serving batches of one pair."""
@@ -176,24 +197,9 @@ class InferencePlanner:
         explore: float = 0.15,
         refine: bool = True,
     ):
-        arr = np.array(
-            [m.as_tuple() if isinstance(m, PowerMode) else tuple(m) for m in modes], dtype=np.int64
+        (self.modes, self.batch_sizes, self.grid_modes, self.grid_b, self._pairs, self._index) = (
+            pair_grid(modes, batch_sizes)
         )
-        if arr.ndim != 2 or arr.shape[1] != 4 or len(arr) == 0:
-            raise ValueError("modes must be a non-empty (N, 4) array")
-        sizes = sorted({int(b) for b in batch_sizes})
-        if not sizes or sizes[0] < 1:
-            raise ValueError(f"batch sizes must be >= 1, got {list(batch_sizes)}")
-        self.modes = arr
-        self.batch_sizes = tuple(sizes)
-        # The grid: every mode with every batch size (mode-major).
-        self.grid_modes = np.repeat(arr, len(sizes), axis=0)
-        self.grid_b = np.tile(np.array(sizes, dtype=np.int64), len(arr))
-        self._pairs = [
-            Pair(PowerMode(*map(int, m)), int(b))
-            for m, b in zip(self.grid_modes, self.grid_b, strict=True)
-        ]
-        self._index = {p: i for i, p in enumerate(self._pairs)}
         self.fitter = fitter
         self.max_pairs = max_pairs
         self.seeds = seeds
@@ -202,7 +208,7 @@ class InferencePlanner:
         self.min_gain = min_gain
         self.explore = explore
         self.refine = refine
-        self._axes = [np.unique(arr[:, j]) for j in range(4)]
+        self._axes = [np.unique(self.modes[:, j]) for j in range(4)]
         self._cache: tuple[frozenset[Pair], tuple[np.ndarray, np.ndarray]] | None = None
 
     def pair(self, i: int) -> Pair:

@@ -33,6 +33,7 @@ from powerd.optimize.inference import (
     Pair,
     PairMeasurement,
     PairPredictor,
+    pair_grid,
 )
 
 
@@ -123,22 +124,10 @@ class InterleavePlanner:
         min_gain: float = 0.02,
         explore: float = 0.15,
     ):
-        arr = np.array(
-            [m.as_tuple() if isinstance(m, PowerMode) else tuple(m) for m in modes], dtype=np.int64
+        (self.modes, self.batch_sizes, self.grid_modes, self.grid_b, self._pairs, self._index) = (
+            pair_grid(modes, batch_sizes)
         )
-        sizes = sorted({int(b) for b in batch_sizes})
-        if arr.ndim != 2 or arr.shape[1] != 4 or not len(arr) or not sizes:
-            raise ValueError("need a non-empty (N, 4) mode array and batch sizes")
-        self.modes = arr
-        self.batch_sizes = tuple(sizes)
-        self.grid_modes = np.repeat(arr, len(sizes), axis=0)
-        self.grid_b = np.tile(np.array(sizes, dtype=np.int64), len(arr))
-        self._mode_of = np.repeat(np.arange(len(arr)), len(sizes))
-        self._pairs = [
-            Pair(PowerMode(*map(int, m)), int(b))
-            for m, b in zip(self.grid_modes, self.grid_b, strict=True)
-        ]
-        self._index = {p: i for i, p in enumerate(self._pairs)}
+        self._mode_of = np.repeat(np.arange(len(self.modes)), len(self.batch_sizes))
         self.train_fitter = train_fitter
         self.pair_fitter = pair_fitter
         self.max_probes = max_probes
