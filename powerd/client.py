@@ -564,8 +564,8 @@ class InferenceJob(Job):
 
     kind = "inference"
 
-    def __init__(self, conn: Connection, state: p.JobState):
-        super().__init__(conn, state)
+    def __init__(self, conn: Connection, state: p.JobState, register: p.Register | None = None):
+        super().__init__(conn, state, register)
         self._gate = _GateChannel(conn.endpoint)
 
     @property

@@ -27,6 +27,7 @@ from powerd import protocol as p
 from powerd.config import Config
 from powerd.fitting import Fitting
 from powerd.hardware import Hardware
+from powerd.inference_planner import InferenceJobsPlanner, InferenceSamples, InferenceSettings
 from powerd.modes import PowerMode
 from powerd.optimize import make_strategy
 from powerd.optimize.base import Measurement
@@ -77,6 +78,30 @@ class ControlLoop:
         self.planners = PlannerRegistry()
         self.planners.add(
             frozenset({"training"}), "training", lambda h: TrainingPlanner(h, self.spec)
+        )
+        ic = cfg.inference
+        self.inference_settings = InferenceSettings(
+            tuple(ic.batch_sizes),
+            ic.max_pairs,
+            ic.rate_drift,
+            ic.rate_drift_s,
+            sensor_lag_s=cfg.power.sample_interval_ms / 1000.0,
+        )
+        # measured (mode, batch size) pairs outlive any one planner (no re-profiling when
+        # the board moves between inference alone and interleaving)
+        self.inference_samples = InferenceSamples(self._load_inference, self._save_inference)
+        self._pair_fitter: Any = None
+        self.planners.add(
+            frozenset({"inference"}),
+            "inference",
+            lambda h: InferenceJobsPlanner(
+                h,
+                self.spec,
+                self.device.space.as_array(),
+                self.inference_samples,
+                self.pair_fitter,
+                self.inference_settings,
+            ),
         )
         self.planner: Planner | None = None
         self.planner_name = ""
@@ -310,6 +335,12 @@ class ControlLoop:
                 "profiled_modes": 0 if w is None else w.profiled_modes(),
                 "fit_method": None if w is None else (w.fit_method or None),
             }
+            job_extra = getattr(self.planner, "job_extra", None)
+            if job_extra is not None:
+                try:
+                    extra[s.id].update(job_extra(s.id))
+                except Exception:  # noqa: BLE001 - status only
+                    log.exception("status of job %s", s.id)
         now = time.monotonic()
         if now - self._catalogue_t > CATALOGUE_PERIOD_S:
             self._catalogue_t = now
@@ -501,6 +532,24 @@ class ControlLoop:
                 self.store.save_decisions(self.device.board.key, workload.name, workload.decisions)
             except OSError as exc:
                 log.error("could not save samples of %s: %s", workload.name, exc)
+
+    # ---- inference: the pair model and the measured pairs ---------------------------------
+    def pair_fitter(self) -> Any:
+        """The transfer of the bundled inference reference (batch size as a feature)."""
+        if self._pair_fitter is None:
+            from powerd.predictor.batch import load_prior, make_fitter
+
+            self._pair_fitter = make_fitter(load_prior("infer-ref"), "infer-ref")
+        return self._pair_fitter
+
+    def _inference_path(self, name: str) -> Any:
+        return self.store.workload_dir(self.device.board.key, name) / "inference.json"
+
+    def _load_inference(self, name: str) -> dict | None:
+        return self.store.load_json(self._inference_path(name))
+
+    def _save_inference(self, name: str, obj: dict) -> None:
+        self.store.save_json(self._inference_path(name), obj)
 
     def _on_commit(self, mode: PowerMode, m: Measurement, budget_w: float) -> None:
         log.info(

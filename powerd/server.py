@@ -158,6 +158,13 @@ class Daemon:
                 code="bad_request",
                 message=f"kind={req.kind!r} is not supported by this powerd version yet",
             )
+        if req.kind == "inference" and req.rate_hz is None:
+            return p.Error(
+                id=req.id,
+                code="bad_request",
+                message="an inference job needs rate_hz (its requests per second): "
+                "powerd.request(kind='inference', rate_hz=30, ...)",
+            )
         srv = self.cfg.server
         reg = self.registry
         with reg.lock:
@@ -197,6 +204,7 @@ class Daemon:
                 registered=now,
                 latency_ms=req.latency_ms,
                 rate_hz=req.rate_hz,
+                batch_sizes=None if not req.batch_sizes else tuple(req.batch_sizes),
             )
             reg.add(job)
             reply = self._job_state(job, req.id)
@@ -306,7 +314,9 @@ class Daemon:
         )
         eff = reg.effective_budget()
         if view.budget_w != eff and (view.phase == "tuned" or view.feasible is False):
-            return JobView("profiling", f"re-planning for {eff:g} W", None, eff)
+            return JobView(
+                "profiling", f"re-planning for {eff:g} W", None, eff, batch_size=view.batch_size
+            )
         return view
 
     def _job_state(self, job: JobRecord, msg_id: int) -> p.JobState:
@@ -321,6 +331,8 @@ class Daemon:
             heartbeat_ms=max(100, self.cfg.server.heartbeat_timeout_ms // 5),
             message=view.message,
             feasible=view.feasible,
+            batch_size=view.batch_size,
+            best_latency_ms=view.best_latency_ms,
         )
 
     def status(self) -> dict[str, Any]:
@@ -347,6 +359,7 @@ class Daemon:
                         "profiled_modes": e.get("profiled_modes", 0),
                         "fit_method": e.get("fit_method"),
                         "message": view.message,
+                        **{k: v for k, v in e.items() if k not in ("profiled_modes", "fit_method")},
                     }
                 )
             budget = reg.effective_budget()
