@@ -28,6 +28,7 @@ from powerd.config import Config
 from powerd.fitting import Fitting
 from powerd.hardware import Hardware
 from powerd.inference_planner import InferenceJobsPlanner, InferenceSamples, InferenceSettings
+from powerd.interleave_planner import InterleaveJobsPlanner
 from powerd.modes import PowerMode
 from powerd.optimize import make_strategy
 from powerd.optimize.base import Measurement
@@ -103,6 +104,23 @@ class ControlLoop:
                 self.inference_settings,
             ),
         )
+        # training measured under interleaving, per workload (kept apart from its own
+        # tuning samples: a step that takes turns is not a step alone)
+        self.joint_train: dict[str, dict[PowerMode, Measurement]] = {}
+        # both kinds: listed last, as the single-kind entries do not cover both
+        self.planners.add(
+            frozenset({"training", "inference"}),
+            "interleave",
+            lambda h: InterleaveJobsPlanner(
+                h,
+                self.spec,
+                self.device.space.as_array(),
+                self.inference_samples,
+                self.pair_fitter,
+                self.inference_settings,
+                self.joint_train,
+            ),
+        )
         self.planner: Planner | None = None
         self.planner_name = ""
         # workload state, least recently used first; live jobs' workloads are never evicted
@@ -160,9 +178,15 @@ class ControlLoop:
                 j.pending.clear()
             requests = list(reg.requests)
             reg.requests.clear()
+            holds = list(reg.gate.holds) if reg.gate is not None else []
+            if reg.gate is not None:
+                reg.gate.holds.clear()
             budget = reg.effective_budget()
         for job, silent_s in expired:
             log.info("job %s (%s) ended: no heartbeat for %.1f s", job.id, job.workload, silent_s)
+        feed_holds = getattr(self.planner, "feed_holds", None)
+        if holds and feed_holds is not None:
+            feed_holds(holds)
         try:
             self._plan(specs, budget, batches, now)
         except Exception as exc:  # noqa: BLE001 - a fault must not stop the control path
@@ -372,6 +396,7 @@ class ControlLoop:
             self.registry.views = views
             self.registry.board_mode = self.device.current_mode
             self.registry.control = control
+            self.registry.gate_managed = bool(getattr(self.planner, "manages_gate", False))
 
     def _report_status(self) -> None:
         with self.registry.lock:

@@ -112,8 +112,8 @@ class Gate(_Msg):
     the job's gate socket, authenticated by the token of the job's JobState (that socket
     is not the connection that registered the job).
 
-    Not yet in `Request`/REQUEST_TYPES: the daemon adds it there together with its handler
-    (until then it never sends gate="managed", so clients never send it)."""
+    The daemon says gate="managed" in the JobState while both kinds share the GPU; only
+    then do clients send it."""
 
     type: Literal["gate"] = "gate"
     job: JobId
@@ -156,6 +156,7 @@ Request = Annotated[
     | Steps
     | SetBudget
     | SetRate
+    | Gate
     | Close
     | Status
     | Predict
@@ -169,6 +170,7 @@ REQUEST_TYPES = (
     "steps",
     "set_budget",
     "set_rate",
+    "gate",
     "close",
     "status",
     "predict",

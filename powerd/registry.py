@@ -47,6 +47,7 @@ class JobRecord:
     latency_ms: float | None = None
     rate_hz: float | None = None
     batch_sizes: tuple[int, ...] | None = None
+    gate_token: str = ""  # authenticates Gate messages (they come on another socket)
     steps: int = 0
     pending: collections.deque[tuple[list[float], list[float]]] = field(
         default_factory=lambda: collections.deque(maxlen=MAX_PENDING_BATCHES)
@@ -87,6 +88,10 @@ class Registry:
     # requests for the control path (restore, predict, pareto)
     requests: collections.deque[tuple[str, ReplyTo, Any]] = field(default_factory=collections.deque)
     wake: threading.Event = field(default_factory=threading.Event)
+    # managed interleaving: set by the control path when a planner orders the GPU work;
+    # the gate itself (powerd.gate.GpuGate) runs on the request path under `lock`
+    gate_managed: bool = False
+    gate: Any = None
 
     _per_owner: collections.Counter = field(default_factory=collections.Counter)
     _effective: float | None = None  # cached lowest budget (None: recompute)

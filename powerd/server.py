@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import collections
 import grp
+import hmac
 import logging
 import os
+import secrets
 import signal
 import threading
 import time
@@ -34,6 +36,7 @@ from powerd.client import admin_endpoint
 from powerd.config import Config
 from powerd.control import ControlLoop
 from powerd.fitting import Fitting
+from powerd.gate import GpuGate
 from powerd.hardware import Hardware
 from powerd.planner import JobView
 from powerd.registry import JobRecord, Owner, RateLimiter, Registry, ReplyTo
@@ -67,6 +70,8 @@ class Daemon:
         self.rate = RateLimiter(self.cfg.server.max_messages_per_s)
         self._outbox: collections.deque[tuple[ReplyTo, p.BaseModel]] = collections.deque()
         self.on_reply: Any = None  # set by the Server: wakes the request thread
+        self.gate = GpuGate(self._post_reply, self.heartbeat_timeout_s)
+        self.registry.gate = self.gate
         self.control = ControlLoop(
             self.cfg,
             self.device,
@@ -205,6 +210,7 @@ class Daemon:
                 latency_ms=req.latency_ms,
                 rate_hz=req.rate_hz,
                 batch_sizes=None if not req.batch_sizes else tuple(req.batch_sizes),
+                gate_token=secrets.token_hex(16),
             )
             reg.add(job)
             reply = self._job_state(job, req.id)
@@ -259,6 +265,28 @@ class Daemon:
             job.last_seen = now
             job.rate_hz = req.rate_hz
             return self._job_state(job, req.id)
+
+    def _on_gate(self, req: p.Gate, owner: Owner, now: float) -> p.BaseModel | None:
+        """Managed interleaving: the token, not the connection, names the job (the gate
+        has its own socket). Enter: GateOpen now or when the slot frees; leave: no reply."""
+        with self.registry.lock:
+            job = self.registry.jobs.get(req.job)
+            if job is None or not hmac.compare_digest(job.gate_token, req.token):
+                return p.Error(
+                    id=req.id,
+                    code="unknown_job",
+                    message=f"no job {req.job} with this gate token: it ended, or its "
+                    f"heartbeats stopped for longer than {self.heartbeat_timeout_s:g} s",
+                )
+            job.last_seen = now
+            if req.op == "leave":
+                self.gate.leave(job.id, now)
+                return None
+            return self.gate.enter(job.id, job.kind, ReplyTo(owner[0], owner[1], req.id), now)
+
+    def check_gate(self, now: float) -> None:
+        with self.registry.lock:
+            self.gate.check(now, set(self.registry.jobs), self.registry.gate_managed)
 
     def _on_close(self, req: p.Close, owner: Owner, now: float) -> p.BaseModel:
         with self.registry.lock:
@@ -322,6 +350,7 @@ class Daemon:
     def _job_state(self, job: JobRecord, msg_id: int) -> p.JobState:
         view = self._view(job)
         mode = self.registry.board_mode
+        managed = self.registry.gate_managed and view.gate == "managed"
         return p.JobState(
             id=msg_id,
             job=job.id,
@@ -333,6 +362,9 @@ class Daemon:
             feasible=view.feasible,
             batch_size=view.batch_size,
             best_latency_ms=view.best_latency_ms,
+            gate="managed" if managed else "open",
+            gate_token=job.gate_token if managed else None,
+            gate_timeout_ms=self.cfg.server.heartbeat_timeout_ms,
         )
 
     def status(self) -> dict[str, Any]:
@@ -537,6 +569,7 @@ class Server:
                     reply = d.handle(frames[0], frames[1], admin, now, sock=idx)
                     if reply is not None:
                         s.send_multipart([frames[0], p.encode(reply)])
+            d.check_gate(now)
             if wake in events:
                 try:
                     os.read(wake, 4096)
