@@ -444,6 +444,8 @@ class ControlLoop:
         return p.Predictions(id=msg_id, workload=req.workload, rows=rows(modes, t, pw))
 
     def _answer_pareto(self, msg_id: int, req: p.Pareto) -> p.BaseModel:
+        if req.kind == "inference":
+            return self._inference_front(msg_id, req)
         found = self._predictions(req.workload, msg_id)
         if isinstance(found, p.Error):
             return found
@@ -471,6 +473,38 @@ class ControlLoop:
             workload=req.workload,
             rows=rows(modes[front], t[front], pw[front]),
             extra=extra,
+        )
+
+    def _inference_front(self, msg_id: int, req: p.Pareto) -> p.BaseModel:
+        """The predicted latency/power front per batch size at rate R, from the workload's
+        pair model fitted to its measured pairs (the bundled prior when none)."""
+        from powerd.optimize.inference import latency_power_front
+
+        if req.rate_hz is None:
+            return p.Error(
+                id=msg_id, code="bad_request", message="--kind inference needs --rate R"
+            )
+        samples = self.inference_samples.of(req.workload, True)
+        sizes = req.batch_sizes or sorted({m.batch_size for m in samples}) or list(
+            self.inference_settings.batch_sizes
+        )
+        model = self.pair_fitter()(samples)
+        front = latency_power_front(model, self.device.space.as_array(), sizes, req.rate_hz)
+        measured = [
+            {
+                **m.pair.mode.as_dict(),
+                "batch_size": m.pair.batch_size,
+                "batch_ms": m.batch_ms,
+                "batch_p99_ms": m.batch_p99_ms,
+                "power_w": m.power_w,
+            }
+            for m in samples.values()
+        ]
+        return p.Predictions(
+            id=msg_id,
+            workload=req.workload,
+            rows=front,
+            extra={"kind": "inference", "rate_hz": req.rate_hz, "profiled": measured},
         )
 
     def _predictions(self, name: str, msg_id: int):  # noqa: ANN202

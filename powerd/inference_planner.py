@@ -193,6 +193,8 @@ class _InfJob:
     batches: collections.deque = field(
         default_factory=lambda: collections.deque(maxlen=RECENT_BATCHES)
     )
+    served_ends: collections.deque = field(default_factory=lambda: collections.deque(maxlen=512))
+    served_since: float = 0.0
     drift_since: float | None = None
     observed_rate: float | None = None
     rate_source: str = "client"  # "client" (register/set_rate) or "observed"
@@ -272,8 +274,11 @@ class InferenceJobsPlanner:
         job = self.jobs.get(job_id)
         if job is None or not durations:
             return
+        served = job_id in self.serving
         for t, d in zip(ends, durations, strict=False):
             job.batches.append((t - d, t))
+            if served and t - d >= job.served_since:
+                job.served_ends.append((t - d, t))
             if self.window is not None and self.window_job == job_id:
                 self.window.add(t - d, t)
 
@@ -312,6 +317,10 @@ class InferenceJobsPlanner:
         before = self.serving.get(job.spec.id)
         self._set(job, action.pair)
         self.serving[job.spec.id] = action
+        if before is None or before.pair != action.pair:
+            # the arrival rate is read from batches of this size once the client uses it
+            job.served_ends.clear()
+            job.served_since = time.monotonic() + self.spec.settle_s
         if before is None or before.pair != action.pair or before.feasible != action.feasible:
             g = job.session.goal
             if action.feasible:
@@ -483,10 +492,18 @@ class InferenceJobsPlanner:
             job.drift_since = None
             return
         b = served.pair.batch_size
+        if not job.served_ends:
+            return
         horizon = max(self.settings.rate_drift_s / 2, 8 * b / job.session.goal.rate_hz)
-        last = job.batches[-1][1]
-        ends = [e for _, e in job.batches if e >= last - horizon]
+        last = job.served_ends[-1][1]
+        recent = [(s, e) for s, e in job.served_ends if e >= last - horizon]
+        ends = [e for _, e in recent]
         if len(ends) < 5 or ends[-1] <= ends[0]:
+            return
+        busy = sum(e - s for s, e in recent[1:])
+        if busy > 0.8 * (ends[-1] - ends[0]):
+            # batches back to back: their ends show the GPU's pace, not the arrivals'
+            job.drift_since = None
             return
         obs = b * (len(ends) - 1) / (ends[-1] - ends[0])
         job.observed_rate = obs
@@ -497,7 +514,7 @@ class InferenceJobsPlanner:
         if job.drift_since is None:
             job.drift_since = now
         elif now - job.drift_since >= self.settings.rate_drift_s:
-            job.batches.clear()
+            job.served_ends.clear()
             self._resolve(job, obs, f"observed for {self.settings.rate_drift_s:g} s")
 
     def _set(self, job: _InfJob, pair: Pair) -> None:

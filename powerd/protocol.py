@@ -140,6 +140,10 @@ class Predict(_Msg):
 class Pareto(_Msg):
     type: Literal["pareto"] = "pareto"
     workload: WorkloadName
+    # inference: the predicted latency/power front per batch size at this arrival rate
+    kind: Kind = "training"
+    rate_hz: FiniteFloat | None = Field(None, gt=0, le=1e6)
+    batch_sizes: list[Annotated[int, Field(ge=1, le=65536)]] | None = Field(None, max_length=64)
 
 
 class SetDefaultBudget(_Msg):
