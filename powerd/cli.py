@@ -83,6 +83,11 @@ def _serve(config_path: str | None) -> int:
 
     cfg = _load(config_path)
     log = logging.getLogger("powerd")
+    problem = _strategy_problem(cfg)
+    if problem:
+        # refuse to start rather than run another strategy than the one configured
+        log.error("strategy %s cannot run: %s", cfg.strategy.name, problem)
+        return 1
     try:
         hw = Hardware.open(cfg)
     except HardwareError as exc:
@@ -97,6 +102,19 @@ def _serve(config_path: str | None) -> int:
         log.error("%s", exc)
         return 1
     return 0
+
+
+def _strategy_problem(cfg: Any) -> str | None:
+    """Why the configured strategy cannot run here (None: it can)."""
+    if cfg.strategy.name != "powertrain":
+        return None
+    try:
+        from powerd.predictor.reference import ReferenceModel
+
+        ReferenceModel.load()
+    except Exception as exc:  # noqa: BLE001 - any reason (missing files, no onnxruntime) stops start-up
+        return f"{exc} (or set [strategy] name = \"binary-search\")"
+    return None
 
 
 # How long `powerd restore` waits for a daemon that holds the board (it may be in the middle

@@ -16,6 +16,7 @@ import queue
 import stat
 import threading
 import time
+import warnings
 from collections.abc import Sequence
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -588,7 +589,7 @@ class InferenceJob(Job):
     kind = "inference"
 
     def __init__(self, conn: Connection, state: p.JobState, register: p.Register | None = None):
-        super().__init__(conn, state, register)
+        super().__init__(conn, state, register=register)
         self._gate = _GateChannel(conn.endpoint)
 
     @property
@@ -781,7 +782,6 @@ class _NoopBatch:
         pass
 
 
-_warned_noop = False
 
 
 def request(
@@ -795,7 +795,6 @@ def request(
     batch_sizes: Sequence[int] | None = None,
 ) -> Job | InferenceJob | NoopJob:
     """Ask powerd for a power budget (None = the admin's default) and register this job."""
-    global _warned_noop
     ep = resolve_endpoint(endpoint)
     msg = p.Register(
         kind=kind,  # type: ignore[arg-type]
@@ -817,11 +816,8 @@ def request(
     except DaemonUnavailable as exc:
         if required:
             raise
-        if not _warned_noop:
-            _warned_noop = True
-            import warnings
-
-            warnings.warn(str(exc), RuntimeWarning, stacklevel=2)
+        # the warnings registry shows it once per call site and endpoint: no global flag
+        warnings.warn(str(exc), RuntimeWarning, stacklevel=2)
         return NoopJob(kind, budget_w)
     assert isinstance(reply, p.JobState)
     cls = InferenceJob if kind == "inference" else Job
