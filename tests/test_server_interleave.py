@@ -239,3 +239,72 @@ def test_a_client_dying_while_it_holds_the_gpu_blocks_the_other_at_most_a_heartb
         if proc.poll() is None:
             proc.kill()
         inf.close()
+
+
+def test_training_then_inference_and_training_leaves_first(board, batches, train_trace) -> None:
+    eb, gpu = board
+    out: dict = {}
+    state: dict = {}
+    trainer = threading.Thread(
+        target=lambda: out.setdefault(
+            "run",
+            run_training_job(
+                eb.root, train_trace, BUDGET, "mobilenet", SCALE,
+                endpoint=eb.endpoint, stay_tuned_s=1000, max_s=30, gpu=gpu,
+            ),
+        )
+    )
+    trainer.start()
+    assert _wait(lambda: _phase_of(eb, "training") == "tuned", 28), eb.log_tail()
+
+    def on_batch(inf, run) -> None:
+        if inf._state.gate == "managed":
+            state["managed"] = True
+        if not trainer.is_alive() and "alone" not in state:
+            if eb.status()["planner"] == "inference" and inf._state.gate == "open":
+                state["alone"] = time.monotonic()
+
+    run = run_inference_job(
+        gpu, batches, 10.0, duration_s=110, budget_w=BUDGET, latency_ms=3000,
+        endpoint=eb.endpoint, wall_clock_goal=True, on_batch=on_batch,
+    )
+    trainer.join()
+    assert state.get("managed"), eb.log_tail()
+    assert out["run"].steps > 0
+    # the training job left first: inference alone again, through the open gate
+    assert "alone" in state, eb.log_tail()
+    assert run.requests > 0 and run.latencies_ms
+
+
+def test_inference_then_training_and_inference_leaves_first(board, batches, train_trace) -> None:
+    eb, gpu = board
+    out: dict = {}
+    inf_thread = threading.Thread(
+        target=lambda: out.setdefault(
+            "inf",
+            run_inference_job(
+                gpu, batches, 10.0, duration_s=60, budget_w=BUDGET, latency_ms=3000,
+                endpoint=eb.endpoint, wall_clock_goal=True,
+            ),
+        )
+    )
+    inf_thread.start()
+    assert _wait(lambda: _phase_of(eb, "inference") is not None, 5)
+    time.sleep(1.0)
+    seen: dict = {}
+
+    def on_step(job, run) -> None:
+        if job._state.gate == "managed":
+            seen["managed"] = True
+        if not inf_thread.is_alive() and job._state.gate == "open" and job.phase == "tuned":
+            seen.setdefault("alone_tuned", eb.status()["planner"])
+
+    run = run_training_job(
+        eb.root, train_trace, BUDGET, "mobilenet", SCALE, endpoint=eb.endpoint,
+        stay_tuned_s=1000, max_s=45, gpu=gpu, on_step=on_step,
+    )
+    inf_thread.join()
+    assert seen.get("managed"), eb.log_tail()
+    # the inference job left first: training continues alone, tuned by the training planner
+    assert seen.get("alone_tuned") == "training", eb.log_tail()
+    assert run.steps > 0 and out["inf"].latencies_ms
