@@ -350,12 +350,13 @@ class Job:
         state = self._state
         if self._turns is None:
             self._turns = _GateChannel(self._conn.endpoint)
-        if self._holding is not None:
-            self._turns.leave(self._holding, 1, t)
-            self._holding = None
         if state.gate == "managed" and state.gate_token:
+            # one round trip: entering again also ends this job's previous hold (daemon side)
             self._turns.enter(state, 1)
             self._holding = state
+        elif self._holding is not None:
+            self._turns.leave(self._holding, 1, t)
+            self._holding = None
 
     # -- state ----------------------------------------------------------------------------
     @property

@@ -59,6 +59,7 @@ class GpuGate:
             self._grant(job, kind, now)
             return p.GateOpen(id=reply_to.msg_id, job=job)
         self.waiting.append(_Waiter(job, kind, reply_to, now))
+        self._next(now)  # a job entering again freed the slot: a waiting batch goes first
         return None
 
     def leave(self, job: str, now: float) -> None:
