@@ -349,6 +349,7 @@ def format_status(s: dict[str, Any]) -> str:
         f"budget    {s['budget_w']:g} W "
         f"(limits {s['limits_w']['min']:g}-{s['limits_w']['max']:g} W)",
     ]
+    lines += _coexist_lines(s)
     jobs = s.get("jobs") or []
     lines.append(f"jobs      {len(jobs) or 'none'}")
     for j in jobs:
@@ -410,6 +411,29 @@ def format_front(rows: list[dict[str, Any]]) -> str:
             f"{r['latency_ms']:>11.1f} {r['power_w']:>8.2f} {'yes' if r['drains'] else 'no':>6}"
         )
     return "\n".join(out)
+
+
+def _coexist_lines(s: dict[str, Any]) -> list[str]:
+    """nvpmodel, jetson-stats, and what is wrong with the baseline (only when something is)."""
+    lines = []
+    base = s.get("baseline") or {}
+    nvp = base.get("nvpmodel")
+    if nvp:
+        name = f" ({nvp['name']})" if nvp.get("name") else ""
+        lines.append(f"nvpmodel  mode {nvp.get('id')}{name}")
+    jt = s.get("jetson_stats")
+    if jt:
+        where = jt.get("socket") or jt.get("unit")
+        lines.append(f"jtop      service {jt.get('service')}" + (f" ({where})" if where else ""))
+    if base.get("restore_problem"):
+        lines.append(f"baseline  RESTORE FAILED: {base['restore_problem']}")
+        lines.append("          powerd retries while idle; see README Troubleshooting")
+    elif base.get("partial"):
+        lines.append("baseline  partial: not saved: " + ", ".join(base["partial"]))
+    for f in s.get("faults") or []:
+        if f.get("kind") == "external_change" and f.get("active"):
+            lines.append(f"yielded   {f['message']}")
+    return lines
 
 
 def _mode_str(m: dict[str, int]) -> str:

@@ -14,6 +14,7 @@ A power sensor that stops changing while modes change is a fault of the same kin
 from __future__ import annotations
 
 import collections
+import dataclasses
 import logging
 import math
 import threading
@@ -25,6 +26,7 @@ from typing import Any
 
 from powerd import protocol as p
 from powerd.config import Config
+from powerd.device.coexist import running_writers
 from powerd.fitting import Fitting
 from powerd.hardware import Hardware
 from powerd.inference_planner import InferenceJobsPlanner, InferenceSamples, InferenceSettings
@@ -47,8 +49,8 @@ LOOP_PERIOD_S = 0.02
 FROZEN_S = 2.0  # identical power readings this long across a mode switch: a frozen sensor
 SWITCH_SETTLE_S = 0.3  # a switch younger than this may not show in the power yet
 MAX_FAULTS_KEPT = 20
-CATALOGUE_PERIOD_S = 2.0
-RESTORE_RETRY_S = 5.0  # how often the stored workload names are listed for status
+CATALOGUE_PERIOD_S = 2.0  # how often the stored workload names are listed for status
+EXTERNAL_CHECK_S = 0.5  # how often pinned values are read back for external rewrites
 
 
 class ControlLoop:
@@ -137,7 +139,11 @@ class ControlLoop:
         self._status_line = ""
         self._started = time.monotonic()
         self._board_dirty = True  # restore once at start: nothing may be left pinned
-        self._retry_restore_at = 0.0
+        self._external_t = -math.inf
+        # on_external_change = "yield": the fault entry and the jobs released, until the
+        # next register or set_budget (registry.claims moves past `_yield_claims`)
+        self._yielded: dict[str, Any] | None = None
+        self._yield_claims = 0
         self.thread: threading.Thread | None = None
 
     # ---- thread ---------------------------------------------------------------------------
@@ -182,22 +188,30 @@ class ControlLoop:
             if reg.gate is not None:
                 reg.gate.holds.clear()
             budget = reg.effective_budget()
+            claims = reg.claims
         for job, silent_s in expired:
             log.info("job %s (%s) ended: no heartbeat for %.1f s", job.id, job.workload, silent_s)
         feed_holds = getattr(self.planner, "feed_holds", None)
         if holds and feed_holds is not None:
             feed_holds(holds)
         try:
+            self._reacquire(specs, claims)
             self._plan(specs, budget, batches, now)
+            self._check_external(now, specs, claims)
         except Exception as exc:  # noqa: BLE001 - a fault must not stop the control path
             self._tick_failed(exc)
         if specs:
             self._board_dirty = True
-        elif self._board_dirty and now >= self._retry_restore_at:
+        elif self._board_dirty:
+            self._board_dirty = False
             self._give_board_back()
-            # a restore that could not finish is retried while idle, not on every tick
-            self._board_dirty = self.device.controller.baseline.pending
-            self._retry_restore_at = now + RESTORE_RETRY_S if self._board_dirty else 0.0
+        else:
+            # one retry mechanism for a restore that could not finish: the device's, with
+            # its back-off (2 s doubling to 60 s), on idle ticks only
+            try:
+                self.device.retry_restore(now)
+            except Exception as exc:  # noqa: BLE001 - logged; retried after the back-off
+                log.error("retrying the restore failed: %s", exc)
         self._publish(specs)
         for kind, reply_to, payload in requests:
             self._answer(kind, reply_to, payload)
@@ -256,14 +270,89 @@ class ControlLoop:
             except Exception:  # noqa: BLE001 - a planner that cannot even release: start over
                 log.exception("planner could not release job %s: dropping it", job)
                 self.planner, self.planner_name = None, ""
-        self._give_board_back()
+        problem = self._give_board_back()
+        if problem is not None and self.planner is not None:
+            # never tell the job the board is back when it is not
+            why = why.replace("the board is back at its baseline", problem)
+            self.planner.release([job] if job else None, why)
 
-    def _give_board_back(self) -> None:
+    def _give_board_back(self) -> str | None:
+        """Restore the baseline; what went wrong (naming the files) or None when it worked.
+        A failure is retried on idle ticks (Hardware.retry_restore)."""
+        problem = None
         try:
-            self.device.restore()
-        except Exception as exc:  # noqa: BLE001 - logged; the next idle step tries again
+            report = self.device.restore()
+            if report is not None and not report.ok:
+                problem = str(report)
+        except Exception as exc:  # noqa: BLE001 - logged; retried on idle ticks
             log.error("restoring the baseline failed: %s", exc)
+            problem = f"{type(exc).__name__}: {exc}"
         self._watch_mode(time.monotonic())
+        return problem
+
+    # ---- values another tool rewrote ------------------------------------------------------
+    def _check_external(self, now: float, specs: list[JobSpec], claims: int) -> None:
+        """Read the pinned values back (one read per file) at most every EXTERNAL_CHECK_S,
+        only while powerd holds a verified mode. Runs between planner ticks on this
+        thread, the only one that switches, so never during a switch in flight."""
+        if not specs or self.device.current_mode is None:
+            return
+        if now - self._external_t < EXTERNAL_CHECK_S:
+            return
+        self._external_t = now
+        changes = self.device.external_changes()  # logs each change
+        if not changes:
+            return
+        writers = running_writers(self.device.board.root)
+        who = (
+            "written by an unknown process (sysfs does not record the writer); running now: "
+            + ", ".join(writers)
+            if writers
+            else "written by an unknown process (sysfs does not record the writer; no "
+            "nvpmodel, jetson_clocks or jtop process is running now)"
+        )
+        what = "; ".join(str(c) for c in changes)
+        policy = self.cfg.device.on_external_change
+        job = self.planner.culprit()[0] if self.planner is not None else None
+        mode = self.device.current_mode
+        if policy == "reapply":
+            log.warning("%s (%s): writing mode %s again", what, who, mode)
+            entry = self._fault("external_change", f"{what} ({who}); powerd wrote {mode} again")
+            entry.update(action="reapplied", changes=[dataclasses.asdict(c) for c in changes])
+            self.device.reapply()
+            self._watch_mode(time.monotonic())
+            return
+        why = (
+            f"another tool changed values powerd had pinned ({what}; {who}): powerd gave "
+            "the board up ([device] on_external_change = \"yield\") and takes it again "
+            "on the next register or set_budget"
+        )
+        log.warning("%s", why)
+        entry = self._fault("external_change", why, job=job, mode=mode)
+        found = [dataclasses.asdict(c) for c in changes]
+        entry.update(action="yielded", active=True, changes=found)
+        ids = [s.id for s in specs]
+        if self.planner is not None:
+            self.planner.release(ids, why)
+        report = self.device.yield_board(changes)
+        if not report.ok:
+            log.error("yielding the board: %s", report)
+        self._watch_mode(time.monotonic())
+        self._yielded = {"entry": entry, "jobs": ids}
+        self._yield_claims = claims
+
+    def _reacquire(self, specs: list[JobSpec], claims: int) -> None:
+        """After a yield: a new register or set_budget takes the board again (when the last
+        job left meanwhile, there is nothing to take back)."""
+        y = self._yielded
+        if y is None or (specs and claims == self._yield_claims):
+            return
+        if specs:
+            log.info("a new request after yielding the board: powerd drives it again")
+        y["entry"]["active"] = False
+        self._yielded = None
+        if self.planner is not None:
+            self.planner.resume(y["jobs"])
 
     def _fault(
         self, kind: str, message: str, job: str | None = None, mode: PowerMode | None = None
@@ -425,14 +514,18 @@ class ControlLoop:
 
     def _answer_restore(self, msg_id: int, released: int) -> p.BaseModel:
         self.planner, self.planner_name = None, ""
-        self._give_board_back()
-        if self.device.controller.baseline.pending:
-            self._board_dirty, self._retry_restore_at = True, time.monotonic() + RESTORE_RETRY_S
+        if self._yielded is not None:
+            self._yielded["entry"]["active"] = False
+            self._yielded = None
+        problem = self._give_board_back()
+        self._board_dirty = False  # a failure is retried on idle ticks (with back-off)
+        if problem is not None:
             return p.Error(
                 id=msg_id,
-                code="internal",
-                message=f"{released} job(s) released, but the baseline could not be fully "
-                "restored (the daemon's log names the values); it retries while idle",
+                code="restore_failed",
+                message=f"{released} job(s) released, but {problem}; powerd retries "
+                "while idle (`powerctl status` shows restore_problem)",
+                details={"released_jobs": released, "restore_problem": problem},
             )
         return p.Ok(id=msg_id, message=f"baseline restored; {released} job(s) released")
 

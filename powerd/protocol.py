@@ -243,6 +243,7 @@ ErrorCode = Literal[
     "forbidden",
     "not_found",
     "internal",
+    "restore_failed",  # an admin restore could not put every value back (message names them)
 ]
 
 

@@ -92,6 +92,9 @@ class Registry:
     # the gate itself (powerd.gate.GpuGate) runs on the request path under `lock`
     gate_managed: bool = False
     gate: Any = None
+    # registers and set_budgets so far: a board powerd yielded to another tool is taken
+    # again on the next one ([device] on_external_change = "yield")
+    claims: int = 0
 
     _per_owner: collections.Counter = field(default_factory=collections.Counter)
     _effective: float | None = None  # cached lowest budget (None: recompute)

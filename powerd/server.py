@@ -35,6 +35,7 @@ from powerd import protocol as p
 from powerd.client import admin_endpoint
 from powerd.config import Config
 from powerd.control import ControlLoop
+from powerd.device.coexist import jtop_state
 from powerd.fitting import Fitting
 from powerd.gate import GpuGate
 from powerd.hardware import Hardware
@@ -46,6 +47,8 @@ from powerd.watchdog import SystemdNotifier
 log = logging.getLogger("powerd.server")
 
 REQUEST_POLL_MS = 200  # the request thread wakes on messages; this only bounds a stop
+MAX_RELEASED_KEPT = 4096  # job ids an admin restore ended, remembered for their clients
+JTOP_PERIOD_S = 2.0  # how long status reuses what it found of jetson-stats
 MAX_BATCH = 256  # messages per socket per pass: the other socket and the outbox get a turn
 
 
@@ -72,6 +75,9 @@ class Daemon:
         self.on_reply: Any = None  # set by the Server: wakes the request thread
         self.gate = GpuGate(self._post_reply, self.heartbeat_timeout_s)
         self.registry.gate = self.gate
+        # jobs an admin's restore ended -> their owner: told `released` (only to that owner)
+        self._released: collections.OrderedDict[str, Owner] = collections.OrderedDict()
+        self._jtop: tuple[float, dict[str, Any]] = (-1e9, {})
         self.control = ControlLoop(
             self.cfg,
             self.device,
@@ -146,6 +152,15 @@ class Daemon:
     def _owned(self, job_id: str, owner: Owner, msg_id: int) -> JobRecord | p.Error:
         """The job if this connection registered it (call with the lock held)."""
         job = self.registry.jobs.get(job_id)
+        if job is None and self._released.get(job_id) == owner:
+            # the client must not register again: that would undo the admin's restore
+            return p.Error(
+                id=msg_id,
+                code="unknown_job",
+                message=f"job {job_id} was released by an admin's restore "
+                "(`powerctl restore`); register again to have powerd drive the board",
+                details={"released": True},
+            )
         if job is None or job.owner != owner:
             return p.Error(
                 id=msg_id,
@@ -213,6 +228,7 @@ class Daemon:
                 gate_token=secrets.token_hex(16),
             )
             reg.add(job)
+            reg.claims += 1
             reply = self._job_state(job, req.id)
         # no wake-up: the control path picks the job up on its next tick (<= 20 ms), and
         # 200 jobs connecting at once must not make it run 200 times
@@ -245,6 +261,7 @@ class Daemon:
             if err is not None:
                 return err
             job.last_seen = now
+            self.registry.claims += 1
             if req.budget_w != job.budget_w:
                 self.registry.set_budget(job, req.budget_w)
                 log.info("job %s: budget now %g W", job.id, req.budget_w)
@@ -329,7 +346,11 @@ class Daemon:
             n = len(self.registry.jobs)
             for job_id in list(self.registry.jobs):
                 log.info("job %s ended: an admin restored the baseline", job_id)
-                self.registry.remove(job_id)
+                job = self.registry.remove(job_id)
+                if job is not None:
+                    self._released[job_id] = job.owner
+            while len(self._released) > MAX_RELEASED_KEPT:
+                self._released.popitem(last=False)
         # the control path restores (it is the one writer of sysfs) and then answers
         self._defer("restore", owner, req.id, n)
 
@@ -416,12 +437,24 @@ class Daemon:
             "workloads_in_memory": control.get("workloads_in_memory", []),
             "faults": control.get("faults", []),
             "power_sensor": control.get("power_sensor", "ok"),
+            "baseline": self.device.baseline_status(),
+            "external_change_policy": self.cfg.device.on_external_change,
+            "jetson_stats": self._jtop_state(),
             "client_limits": {
                 "max_jobs": srv.max_jobs,
                 "max_jobs_per_client": srv.max_jobs_per_client,
                 "max_messages_per_s": srv.max_messages_per_s,
             },
         }
+
+    def _jtop_state(self) -> dict[str, Any]:
+        """jetson-stats' service (a few stats under the device root), at most every 2 s."""
+        t, state = self._jtop
+        now = time.monotonic()
+        if now - t > JTOP_PERIOD_S:
+            state = jtop_state(self.device.board.root)
+            self._jtop = (now, state)
+        return state
 
     # ---- replies from the control path ------------------------------------------------------
     def _post_reply(self, to: ReplyTo, reply: p.BaseModel) -> None:
