@@ -260,6 +260,13 @@ def _ctl(argv: list[str] | None = None) -> int:
         sp.add_argument("--workload", required=True)
         sp.add_argument("--json", action="store_true")
         if name == "pareto":
+            sp.add_argument("--kind", choices=("training", "inference"), default="training")
+            sp.add_argument(
+                "--rate", type=float, metavar="R", help="inference: arrival rate (requests/s)"
+            )
+            sp.add_argument(
+                "--batch-sizes", metavar="B,B,...", help="inference: batch sizes to show"
+            )
             sp.add_argument("--plot", metavar="FILE.png")
             sp.add_argument(
                 "--budget",
@@ -286,10 +293,20 @@ def _ctl(argv: list[str] | None = None) -> int:
             msg = (
                 p.Predict(workload=args.workload)
                 if args.cmd == "predict"
-                else p.Pareto(workload=args.workload)
+                else p.Pareto(
+                    workload=args.workload,
+                    kind=args.kind,
+                    rate_hz=args.rate,
+                    batch_sizes=None
+                    if not args.batch_sizes
+                    else [int(x) for x in args.batch_sizes.split(",")],
+                )
             )
             reply = call_once(endpoint, msg, timeout_s=30)
             assert isinstance(reply, p.Predictions)
+            if args.cmd == "pareto" and args.kind == "inference":
+                print(json.dumps(reply.rows) if args.json else format_front(reply.rows))
+                return 0
             if args.cmd == "pareto" and args.plot:
                 from powerd.plot import plot_pareto
 
@@ -341,9 +358,59 @@ def format_status(s: dict[str, Any]) -> str:
             f"  {j['id']}  {j['workload']:<28} {j['phase']:<9} {j['budget_w']:g} W  "
             f"{j['steps']} steps, {j['profiled_modes']} modes profiled{fit}"
         )
+        detail = _job_detail(j)
+        if detail:
+            lines.append(f"      {detail}")
         if j.get("message"):
             lines.append(f"      {j['message']}")
     return "\n".join(lines)
+
+
+def _ms(v: Any) -> str:
+    return "n/a" if v is None else f"{v:.1f} ms"
+
+
+def _job_detail(j: dict[str, Any]) -> str:
+    """Kind-specific status: inference b, latency target vs measured p99, feasibility;
+    interleaved training steps/s against the bound."""
+    parts = [j.get("kind", "training")]
+    if j.get("interleaved"):
+        parts.append("interleaved")
+    if j.get("kind") == "inference":
+        parts.append(f"b={j.get('batch_size') or '?'}")
+        target = j.get("latency_ms")
+        parts.append(f"latency target {_ms(target) if target else 'none'}")
+        parts.append(f"measured p99 {_ms(j.get('p99_latency_ms'))}")
+        if j.get("rate_hz") is not None:
+            parts.append(f"rate {j['rate_hz']:g}/s")
+        feas = j.get("feasible")
+        if feas is False:
+            parts.append(f"INFEASIBLE (best {_ms(j.get('best_latency_ms'))})")
+        elif feas:
+            parts.append("feasible")
+        parts.append(f"{j.get('pairs_profiled', 0)} pairs profiled")
+    elif j.get("steps_per_s") is not None:
+        bound = j.get("throughput_bound_hz")
+        parts.append(
+            f"{j['steps_per_s']:.2f} steps/s"
+            + (f" (bound {bound:.2f})" if bound is not None else "")
+        )
+    return ", ".join(parts)
+
+
+def format_front(rows: list[dict[str, Any]]) -> str:
+    head = (
+        f"{'b':>4} {'cores':>5} {'cpu MHz':>8} {'gpu MHz':>8} {'emc MHz':>8} "
+        f"{'batch ms':>9} {'latency ms':>11} {'power W':>8} {'drains':>6}"
+    )
+    out = [head]
+    for r in rows:
+        out.append(
+            f"{r['batch_size']:>4} {r['cores']:>5} {r['cpu_khz'] / 1e3:>8.0f} "
+            f"{r['gpu_hz'] / 1e6:>8.0f} {r['emc_hz'] / 1e6:>8.0f} {r['batch_ms']:>9.1f} "
+            f"{r['latency_ms']:>11.1f} {r['power_w']:>8.2f} {'yes' if r['drains'] else 'no':>6}"
+        )
+    return "\n".join(out)
 
 
 def _coexist_lines(s: dict[str, Any]) -> list[str]:

@@ -329,15 +329,34 @@ class Job:
         self._n_steps = 0  # step() calls
         self._n_out = 0  # steps taken off the queue (sent or discarded)
         self._n_discarded = 0  # discarded while the daemon was gone
+        self._turns: _GateChannel | None = None  # managed interleaving (training steps)
+        self._holding: p.JobState | None = None  # the state under which this job holds the GPU
         conn.on_state = self._apply_state
         conn.on_error = self._apply_error
         conn.flush = self._flush
 
     # -- the hot path ---------------------------------------------------------------------
     def step(self) -> None:
-        """Record one finished minibatch. Costs a deque append; never waits on the daemon."""
+        """Record one finished minibatch. Costs a deque append; never waits on the daemon,
+        except under managed interleaving (another job shares the GPU): then it gives the
+        GPU back and waits for its turn to run the next step."""
         self._n_steps += 1
-        self._steps.append(time.monotonic())
+        t = time.monotonic()
+        self._steps.append(t)
+        if self._state.gate == "managed" or self._holding is not None:
+            self._take_turn(t)
+
+    def _take_turn(self, t: float) -> None:
+        state = self._state
+        if self._turns is None:
+            self._turns = _GateChannel(self._conn.endpoint)
+        if state.gate == "managed" and state.gate_token:
+            # one round trip: entering again also ends this job's previous hold (daemon side)
+            self._turns.enter(state, 1)
+            self._holding = state
+        elif self._holding is not None:
+            self._turns.leave(self._holding, 1, t)
+            self._holding = None
 
     # -- state ----------------------------------------------------------------------------
     @property
@@ -431,6 +450,11 @@ class Job:
             return
         self._closed = True
         self._conn.flush = None
+        if self._turns is not None:
+            if self._holding is not None:
+                self._turns.leave(self._holding, 1, time.monotonic())
+                self._holding = None
+            self._turns.close()
         try:
             # flush what is left so the daemon's last window is not lost, then release the board
             if self._gone_since is None:

@@ -104,6 +104,17 @@ class FitConfig(_Section):
     method: Literal["ridge", "torch-finetune"] = "ridge"
 
 
+class InferenceConfig(_Section):
+    # an observed arrival rate this far off the job's rate ...
+    rate_drift: float = Field(0.2, gt=0, le=10)
+    # ... for this long re-solves for the observed rate (no new profiling)
+    rate_drift_s: float = Field(10.0, gt=0, le=3600)
+    # batch sizes tried when a job does not name its own
+    batch_sizes: list[int] = Field(default_factory=lambda: [1, 4, 16, 32, 64])
+    # (mode, batch size) pairs profiled at most per inference workload
+    max_pairs: int = Field(30, ge=1, le=1000)
+
+
 class Config(_Section):
     server: ServerConfig = ServerConfig()
     strategy: StrategyConfig = StrategyConfig()
@@ -113,6 +124,7 @@ class Config(_Section):
     budget: BudgetConfig = BudgetConfig()
     state: StateConfig = StateConfig()
     fit: FitConfig = FitConfig()
+    inference: InferenceConfig = InferenceConfig()
 
     @property
     def state_dir(self) -> Path:

@@ -29,6 +29,8 @@ from powerd.config import Config
 from powerd.device.coexist import running_writers
 from powerd.fitting import Fitting
 from powerd.hardware import Hardware
+from powerd.inference_planner import InferenceJobsPlanner, InferenceSamples, InferenceSettings
+from powerd.interleave_planner import InterleaveJobsPlanner
 from powerd.modes import PowerMode
 from powerd.optimize import make_strategy
 from powerd.optimize.base import Measurement
@@ -79,6 +81,47 @@ class ControlLoop:
         self.planners = PlannerRegistry()
         self.planners.add(
             frozenset({"training"}), "training", lambda h: TrainingPlanner(h, self.spec)
+        )
+        ic = cfg.inference
+        self.inference_settings = InferenceSettings(
+            tuple(ic.batch_sizes),
+            ic.max_pairs,
+            ic.rate_drift,
+            ic.rate_drift_s,
+            sensor_lag_s=cfg.power.sample_interval_ms / 1000.0,
+        )
+        # measured (mode, batch size) pairs outlive any one planner (no re-profiling when
+        # the board moves between inference alone and interleaving)
+        self.inference_samples = InferenceSamples(self._load_inference, self._save_inference)
+        self._pair_fitter: Any = None
+        self.planners.add(
+            frozenset({"inference"}),
+            "inference",
+            lambda h: InferenceJobsPlanner(
+                h,
+                self.spec,
+                self.device.space.as_array(),
+                self.inference_samples,
+                self.pair_fitter,
+                self.inference_settings,
+            ),
+        )
+        # training measured under interleaving, per workload (kept apart from its own
+        # tuning samples: a step that takes turns is not a step alone)
+        self.joint_train: dict[str, dict[PowerMode, Measurement]] = {}
+        # both kinds: listed last, as the single-kind entries do not cover both
+        self.planners.add(
+            frozenset({"training", "inference"}),
+            "interleave",
+            lambda h: InterleaveJobsPlanner(
+                h,
+                self.spec,
+                self.device.space.as_array(),
+                self.inference_samples,
+                self.pair_fitter,
+                self.inference_settings,
+                self.joint_train,
+            ),
         )
         self.planner: Planner | None = None
         self.planner_name = ""
@@ -141,10 +184,16 @@ class ControlLoop:
                 j.pending.clear()
             requests = list(reg.requests)
             reg.requests.clear()
+            holds = list(reg.gate.holds) if reg.gate is not None else []
+            if reg.gate is not None:
+                reg.gate.holds.clear()
             budget = reg.effective_budget()
             claims = reg.claims
         for job, silent_s in expired:
             log.info("job %s (%s) ended: no heartbeat for %.1f s", job.id, job.workload, silent_s)
+        feed_holds = getattr(self.planner, "feed_holds", None)
+        if holds and feed_holds is not None:
+            feed_holds(holds)
         try:
             self._reacquire(specs, claims)
             self._plan(specs, budget, batches, now)
@@ -399,6 +448,12 @@ class ControlLoop:
                 "profiled_modes": 0 if w is None else w.profiled_modes(),
                 "fit_method": None if w is None else (w.fit_method or None),
             }
+            job_extra = getattr(self.planner, "job_extra", None)
+            if job_extra is not None:
+                try:
+                    extra[s.id].update(job_extra(s.id))
+                except Exception:  # noqa: BLE001 - status only
+                    log.exception("status of job %s", s.id)
         now = time.monotonic()
         if now - self._catalogue_t > CATALOGUE_PERIOD_S:
             self._catalogue_t = now
@@ -430,6 +485,7 @@ class ControlLoop:
             self.registry.views = views
             self.registry.board_mode = self.device.current_mode
             self.registry.control = control
+            self.registry.gate_managed = bool(getattr(self.planner, "manages_gate", False))
 
     def _report_status(self) -> None:
         with self.registry.lock:
@@ -489,6 +545,8 @@ class ControlLoop:
         return p.Predictions(id=msg_id, workload=req.workload, rows=rows(modes, t, pw, bounds))
 
     def _answer_pareto(self, msg_id: int, req: p.Pareto) -> p.BaseModel:
+        if req.kind == "inference":
+            return self._inference_front(msg_id, req)
         found = self._predictions(req.workload, msg_id)
         if isinstance(found, p.Error):
             return found
@@ -516,6 +574,38 @@ class ControlLoop:
             workload=req.workload,
             rows=rows(modes[front], t[front], pw[front]),
             extra=extra,
+        )
+
+    def _inference_front(self, msg_id: int, req: p.Pareto) -> p.BaseModel:
+        """The predicted latency/power front per batch size at rate R, from the workload's
+        pair model fitted to its measured pairs (the bundled prior when none)."""
+        from powerd.optimize.inference import latency_power_front
+
+        if req.rate_hz is None:
+            return p.Error(
+                id=msg_id, code="bad_request", message="--kind inference needs --rate R"
+            )
+        samples = self.inference_samples.of(req.workload, True)
+        sizes = req.batch_sizes or sorted({m.batch_size for m in samples}) or list(
+            self.inference_settings.batch_sizes
+        )
+        model = self.pair_fitter()(samples)
+        front = latency_power_front(model, self.device.space.as_array(), sizes, req.rate_hz)
+        measured = [
+            {
+                **m.pair.mode.as_dict(),
+                "batch_size": m.pair.batch_size,
+                "batch_ms": m.batch_ms,
+                "batch_p99_ms": m.batch_p99_ms,
+                "power_w": m.power_w,
+            }
+            for m in samples.values()
+        ]
+        return p.Predictions(
+            id=msg_id,
+            workload=req.workload,
+            rows=front,
+            extra={"kind": "inference", "rate_hz": req.rate_hz, "profiled": measured},
         )
 
     def _predictions(self, name: str, msg_id: int):  # noqa: ANN202
@@ -602,6 +692,24 @@ class ControlLoop:
                 self.store.save_decisions(self.device.board.key, workload.name, workload.decisions)
             except OSError as exc:
                 log.error("could not save samples of %s: %s", workload.name, exc)
+
+    # ---- inference: the pair model and the measured pairs ---------------------------------
+    def pair_fitter(self) -> Any:
+        """The transfer of the bundled inference reference (batch size as a feature)."""
+        if self._pair_fitter is None:
+            from powerd.predictor.batch import load_prior, make_fitter
+
+            self._pair_fitter = make_fitter(load_prior("infer-ref"), "infer-ref")
+        return self._pair_fitter
+
+    def _inference_path(self, name: str) -> Any:
+        return self.store.workload_dir(self.device.board.key, name) / "inference.json"
+
+    def _load_inference(self, name: str) -> dict | None:
+        return self.store.load_json(self._inference_path(name))
+
+    def _save_inference(self, name: str, obj: dict) -> None:
+        self.store.save_json(self._inference_path(name), obj)
 
     def _on_commit(self, mode: PowerMode, m: Measurement, budget_w: float) -> None:
         log.info(

@@ -29,6 +29,7 @@ class JobSpec:
     registered: float
     latency_ms: float | None = None
     rate_hz: float | None = None
+    batch_sizes: tuple[int, ...] | None = None  # inference: the sizes the job can run
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,11 @@ class JobView:
     message: str = ""
     feasible: bool | None = None
     budget_w: float | None = None
+    # inference: the batch size to run, and when infeasible the latency powerd serves with
+    batch_size: int | None = None
+    best_latency_ms: float | None = None
+    # "managed": the job enters each batch/step through the daemon's GPU gate
+    gate: str = "open"
 
 
 class Planner(Protocol):

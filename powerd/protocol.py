@@ -115,8 +115,8 @@ class Gate(_Msg):
     the job's gate socket, authenticated by the token of the job's JobState (that socket
     is not the connection that registered the job).
 
-    Not yet in `Request`/REQUEST_TYPES: the daemon adds it there together with its handler
-    (until then it never sends gate="managed", so clients never send it)."""
+    The daemon says gate="managed" in the JobState while both kinds share the GPU; only
+    then do clients send it."""
 
     type: Literal["gate"] = "gate"
     job: JobId
@@ -143,6 +143,10 @@ class Predict(_Msg):
 class Pareto(_Msg):
     type: Literal["pareto"] = "pareto"
     workload: WorkloadName
+    # inference: the predicted latency/power front per batch size at this arrival rate
+    kind: Kind = "training"
+    rate_hz: FiniteFloat | None = Field(None, gt=0, le=1e6)
+    batch_sizes: list[Annotated[int, Field(ge=1, le=65536)]] | None = Field(None, max_length=64)
 
 
 class SetDefaultBudget(_Msg):
@@ -159,6 +163,7 @@ Request = Annotated[
     | Steps
     | SetBudget
     | SetRate
+    | Gate
     | Close
     | Status
     | Predict
@@ -172,6 +177,7 @@ REQUEST_TYPES = (
     "steps",
     "set_budget",
     "set_rate",
+    "gate",
     "close",
     "status",
     "predict",

@@ -46,6 +46,8 @@ class JobRecord:
     registered: float
     latency_ms: float | None = None
     rate_hz: float | None = None
+    batch_sizes: tuple[int, ...] | None = None
+    gate_token: str = ""  # authenticates Gate messages (they come on another socket)
     steps: int = 0
     pending: collections.deque[tuple[list[float], list[float]]] = field(
         default_factory=lambda: collections.deque(maxlen=MAX_PENDING_BATCHES)
@@ -61,6 +63,7 @@ class JobRecord:
             registered=self.registered,
             latency_ms=self.latency_ms,
             rate_hz=self.rate_hz,
+            batch_sizes=self.batch_sizes,
         )
 
 
@@ -85,6 +88,10 @@ class Registry:
     # requests for the control path (restore, predict, pareto)
     requests: collections.deque[tuple[str, ReplyTo, Any]] = field(default_factory=collections.deque)
     wake: threading.Event = field(default_factory=threading.Event)
+    # managed interleaving: set by the control path when a planner orders the GPU work;
+    # the gate itself (powerd.gate.GpuGate) runs on the request path under `lock`
+    gate_managed: bool = False
+    gate: Any = None
     # registers and set_budgets so far: a board powerd yielded to another tool is taken
     # again on the next one ([device] on_external_change = "yield")
     claims: int = 0

@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import collections
 import grp
+import hmac
 import logging
 import os
+import secrets
 import signal
 import threading
 import time
@@ -35,6 +37,7 @@ from powerd.config import Config
 from powerd.control import ControlLoop
 from powerd.device.coexist import jtop_state
 from powerd.fitting import Fitting
+from powerd.gate import GpuGate
 from powerd.hardware import Hardware
 from powerd.planner import JobView
 from powerd.registry import JobRecord, Owner, RateLimiter, Registry, ReplyTo
@@ -70,6 +73,8 @@ class Daemon:
         self.rate = RateLimiter(self.cfg.server.max_messages_per_s)
         self._outbox: collections.deque[tuple[ReplyTo, p.BaseModel]] = collections.deque()
         self.on_reply: Any = None  # set by the Server: wakes the request thread
+        self.gate = GpuGate(self._post_reply, self.heartbeat_timeout_s)
+        self.registry.gate = self.gate
         # jobs an admin's restore ended -> their owner: told `released` (only to that owner)
         self._released: collections.OrderedDict[str, Owner] = collections.OrderedDict()
         self._jtop: tuple[float, dict[str, Any]] = (-1e9, {})
@@ -173,6 +178,13 @@ class Daemon:
                 code="bad_request",
                 message=f"kind={req.kind!r} is not supported by this powerd version yet",
             )
+        if req.kind == "inference" and req.rate_hz is None:
+            return p.Error(
+                id=req.id,
+                code="bad_request",
+                message="an inference job needs rate_hz (its requests per second): "
+                "powerd.request(kind='inference', rate_hz=30, ...)",
+            )
         srv = self.cfg.server
         reg = self.registry
         with reg.lock:
@@ -212,6 +224,8 @@ class Daemon:
                 registered=now,
                 latency_ms=req.latency_ms,
                 rate_hz=req.rate_hz,
+                batch_sizes=None if not req.batch_sizes else tuple(req.batch_sizes),
+                gate_token=secrets.token_hex(16),
             )
             reg.add(job)
             reg.claims += 1
@@ -268,6 +282,28 @@ class Daemon:
             job.last_seen = now
             job.rate_hz = req.rate_hz
             return self._job_state(job, req.id)
+
+    def _on_gate(self, req: p.Gate, owner: Owner, now: float) -> p.BaseModel | None:
+        """Managed interleaving: the token, not the connection, names the job (the gate
+        has its own socket). Enter: GateOpen now or when the slot frees; leave: no reply."""
+        with self.registry.lock:
+            job = self.registry.jobs.get(req.job)
+            if job is None or not hmac.compare_digest(job.gate_token, req.token):
+                return p.Error(
+                    id=req.id,
+                    code="unknown_job",
+                    message=f"no job {req.job} with this gate token: it ended, or its "
+                    f"heartbeats stopped for longer than {self.heartbeat_timeout_s:g} s",
+                )
+            job.last_seen = now
+            if req.op == "leave":
+                self.gate.leave(job.id, now)
+                return None
+            return self.gate.enter(job.id, job.kind, ReplyTo(owner[0], owner[1], req.id), now)
+
+    def check_gate(self, now: float) -> None:
+        with self.registry.lock:
+            self.gate.check(now, set(self.registry.jobs), self.registry.gate_managed)
 
     def _on_close(self, req: p.Close, owner: Owner, now: float) -> p.BaseModel:
         with self.registry.lock:
@@ -327,12 +363,15 @@ class Daemon:
         )
         eff = reg.effective_budget()
         if view.budget_w != eff and (view.phase == "tuned" or view.feasible is False):
-            return JobView("profiling", f"re-planning for {eff:g} W", None, eff)
+            return JobView(
+                "profiling", f"re-planning for {eff:g} W", None, eff, batch_size=view.batch_size
+            )
         return view
 
     def _job_state(self, job: JobRecord, msg_id: int) -> p.JobState:
         view = self._view(job)
         mode = self.registry.board_mode
+        managed = self.registry.gate_managed and view.gate == "managed"
         return p.JobState(
             id=msg_id,
             job=job.id,
@@ -342,6 +381,11 @@ class Daemon:
             heartbeat_ms=max(100, self.cfg.server.heartbeat_timeout_ms // 5),
             message=view.message,
             feasible=view.feasible,
+            batch_size=view.batch_size,
+            best_latency_ms=view.best_latency_ms,
+            gate="managed" if managed else "open",
+            gate_token=job.gate_token if managed else None,
+            gate_timeout_ms=self.cfg.server.heartbeat_timeout_ms,
         )
 
     def status(self) -> dict[str, Any]:
@@ -368,6 +412,7 @@ class Daemon:
                         "profiled_modes": e.get("profiled_modes", 0),
                         "fit_method": e.get("fit_method"),
                         "message": view.message,
+                        **{k: v for k, v in e.items() if k not in ("profiled_modes", "fit_method")},
                     }
                 )
             budget = reg.effective_budget()
@@ -557,6 +602,7 @@ class Server:
                     reply = d.handle(frames[0], frames[1], admin, now, sock=idx)
                     if reply is not None:
                         s.send_multipart([frames[0], p.encode(reply)])
+            d.check_gate(now)
             if wake in events:
                 try:
                     os.read(wake, 4096)

@@ -5,6 +5,7 @@ interleave with emulator-like measurement noise, over grids of rates, latency ta
 budgets that include infeasible points.
 
     tools/bench_inference.py [--compare-priors] [--quick]
+    tools/bench_inference.py --daemon 250 --scale 0.2   # a few points through the real daemon
 
 Inference alone: each grid point is a new workload (fresh samples). The transfer prior
 is the inference reference (models/inference_reference.json, fitted on ResNet-18 inference),
@@ -264,6 +265,84 @@ def emulated(duration_s: float, scale: float) -> None:
                 )
 
 
+DAEMON_POINTS = (  # (rate /s, latency ms or None, budget W), trace units
+    (5.0, 4000.0, 20.0),
+    (10.0, 2500.0, 17.0),
+    (5.0, None, 20.0),
+    (10.0, 30.0, 20.0),  # infeasible: below any batch time
+)
+
+
+def _oracle(batches: dict, rate: float, latency: float | None, budget: float):
+    """The trace's best pair for the goal: (power, b, mode) of the least-power fit pair, or
+    of the least latency under the budget without a target; None when none fits."""
+    best = None
+    for b, tr in batches.items():
+        for row in tr.rows:
+            lat = (b - 1) * 1000.0 / rate + row.time_ms
+            if row.power_w > budget or row.time_ms > 0.9 * b * 1000.0 / rate:
+                continue
+            if latency is not None and lat > latency:
+                continue
+            key = (row.power_w, lat) if latency is not None else (lat, row.power_w)
+            if best is None or key < best[0]:
+                best = (key, b, row)
+    return best
+
+
+def through_daemon(duration_s: float, scale: float, max_pairs: int) -> None:
+    """Inference alone through the real daemon on the emulated Orin AGX, one new workload per
+    point: what it served (judged on the trace's truth), the client-measured p99 once tuned,
+    pairs profiled and time to the decision."""
+    import tempfile
+
+    from powerd.sim.gpu import Gpu, idle_power
+    from powerd.sim.harness import EmulatedBoard
+    from powerd.sim.inference_job import load_batch_traces, run_inference_job
+
+    batches = load_batch_traces(INFER["resnet18"], batch_sizes=(4, 16, 32))
+    for rate, latency, budget in DAEMON_POINTS:
+        with tempfile.TemporaryDirectory(prefix="powerd-bench-", dir="/tmp") as d:
+            cfg = {"inference": {"max_pairs": max_pairs}, "profiling": {"min_steps": 3}}
+            eb = EmulatedBoard(
+                "orin-agx", batches[4], time_scale=scale, workdir=d, config=cfg
+            )
+            with eb:
+                gpu = Gpu(eb.emulator, idle_power(batches[4]), time_scale=scale)
+                seen: dict = {}
+                t0 = time.monotonic()
+
+                def on_batch(inf, run, seen=seen, eb=eb, t0=t0) -> None:
+                    if inf.phase in ("tuned", "idle") and "st" not in seen:
+                        seen["st"] = eb.status()
+                        seen["at"] = time.monotonic() - t0
+                        seen["skip"] = len(run.latencies_ms)
+
+                run = run_inference_job(
+                    gpu, batches, rate, duration_s=duration_s, budget_w=budget,
+                    latency_ms=latency, endpoint=eb.endpoint, wall_clock_goal=True,
+                    on_batch=on_batch,
+                )
+                goal = f"r={rate:g}/s L={latency or '-'} ms B={budget:g} W"
+                if "st" not in seen:
+                    print(f"  {goal}: no decision within {duration_s:g} trace s")
+                    continue
+                job = seen["st"]["jobs"][0]
+                mode = seen["st"]["mode"]
+                b = job["batch_size"]
+                truth = batches[b].lookup(PowerMode(**mode))
+                p99 = run.p99_ms(skip=seen["skip"])
+                opt = _oracle(batches, rate, latency, budget)
+                ratio = f"{truth.power_w / opt[2].power_w:.3f}" if opt and latency else "-"
+                within = "within" if truth.power_w <= budget + 0.5 else "OVER"
+                print(
+                    f"  {goal}: feasible={job['feasible']} (truth: {opt is not None}) b={b}, "
+                    f"true power {truth.power_w:.2f} W ({within}), power/optimal {ratio}, "
+                    f"client p99 {p99:.0f} ms once decided, {job['pairs_profiled']} pairs, "
+                    f"decided after {seen['at'] / scale:.0f} trace s ({seen['at']:.1f} s wall)"
+                )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--compare-priors", action="store_true", help="also run train-head")
@@ -277,7 +356,19 @@ def main() -> None:
         help="also run both jobs on the emulator for S trace seconds per point",
     )
     ap.add_argument("--scale", type=float, default=0.5, help="emulated GPU time scale")
+    ap.add_argument(
+        "--daemon",
+        type=float,
+        default=0.0,
+        metavar="S",
+        help="only: inference alone through the real daemon, S trace seconds per point",
+    )
+    ap.add_argument("--max-pairs", type=int, default=12, help="with --daemon")
     args = ap.parse_args()
+    if args.daemon > 0:
+        print("inference alone through the real daemon (emulated Orin AGX):")
+        through_daemon(args.daemon, args.scale, args.max_pairs)
+        return
     methods = ("infer-ref", "train-head") if args.compare_priors else ("infer-ref",)
     for method in methods:
         print(f"inference alone, prior {method} (planner replay, not yet through the daemon):")

@@ -63,19 +63,27 @@ def run_inference_job(
     arrival_jitter: float = 0.05,
     seed: int = 0,
     rate_changes: Sequence[tuple[float, float]] = (),
+    wall_clock_goal: bool = False,
+    tell_rate_changes: bool = True,
+    on_batch=None,
 ) -> InferenceRun:
     """Serve requests for `duration_s` trace seconds. `rate_changes`: (trace s, new rate)
-    pairs, applied to the arrivals and told to powerd with `set_rate`."""
+    pairs, applied to the arrivals and told to powerd with `set_rate` (unless
+    `tell_rate_changes` is False: then the daemon must notice the drift itself).
+
+    `wall_clock_goal`: tell powerd the rate and latency target in wall-clock units (rate /
+    scale, latency x scale), as the real daemon measures batch times on the wall clock."""
     rng = random.Random(seed)
     scale = gpu.time_scale
     run = InferenceRun()
     changes = sorted(rate_changes)
     sizes = sorted(traces)
+    k = scale if wall_clock_goal else 1.0
     with powerd.request(
         kind="inference",
         budget_w=budget_w,
-        latency_ms=latency_ms,
-        rate_hz=rate_hz,
+        latency_ms=None if latency_ms is None else latency_ms * k,
+        rate_hz=rate_hz / k,
         workload=workload,
         batch_sizes=sizes,
         endpoint=endpoint,
@@ -92,7 +100,8 @@ def run_inference_job(
             if changes and now - t0 >= changes[0][0] * scale:
                 rate_hz = changes.pop(0)[1]
                 period = scale / rate_hz
-                inf.set_rate(rate_hz)
+                if tell_rate_changes:
+                    inf.set_rate(rate_hz / k)
             while next_arrival <= now:
                 pending.append(next_arrival)
                 run.requests += 1
@@ -117,6 +126,8 @@ def run_inference_job(
             run.gate_waits_s.append(handle.waited_s)
             run.batch_sizes.append(b)
             run.latencies_ms.extend((done.end - a) / scale * 1000.0 for a in batch)
+            if on_batch is not None:
+                on_batch(inf, run)
         run.feasible = inf.feasible
         run.best_latency_ms = inf.best_latency_ms
     run.seconds = time.monotonic() - t0

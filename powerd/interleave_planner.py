@@ -1,0 +1,342 @@
+"""The daemon's interleaving planner: a training and an inference job on one board.
+
+It takes over when both kinds are registered (listed before the single-kind planners) and
+manages the GPU gate (`powerd.gate`): the jobs take turns, one step or batch at a time, a
+formed inference batch first. Mode and batch size are chosen jointly by
+`powerd.optimize.interleave.InterleavePlanner` from what is measured: the training
+workload's samples (its own tuning, and what was measured here), the inference workload's
+pairs. A joint probe runs both at one (mode, b) and measures each apart: batches from the
+windows the inference client reports, training steps from the gate's holds (the daemon's
+own clock: grant to the next step). Power of each: the INA3221 samples inside its windows.
+
+When a job leaves, the control loop hands the board back to the single-kind planner, which
+re-solves from the samples already measured (no re-profiling).
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import math
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from powerd.inference_planner import (
+    InferenceJobsPlanner,
+    InferenceSamples,
+    InferenceSettings,
+    PairWindow,
+)
+from powerd.modes import PowerMode
+from powerd.optimize.base import Measurement
+from powerd.optimize.inference import Pair
+from powerd.optimize.interleave import (
+    InterleaveGoal,
+    InterleavePlanner,
+    MeasureJoint,
+    ServeJoint,
+    throughput_bound_hz,
+)
+from powerd.planner import BoardHooks, JobSpec, JobView
+from powerd.profiler import WindowSpec
+
+log = logging.getLogger("powerd.interleave")
+
+
+class _RatioTrainPredictor:
+    """Training time/power over modes when the training workload has no fitted predictor
+    yet: the inference model at the largest batch size, scaled by what was measured of
+    training (median time ratio, median power offset; 1 and 0 before any)."""
+
+    def __init__(self, pair_model: Any, b: int, train: Mapping[PowerMode, Measurement]):
+        self.pair_model, self.b = pair_model, b
+        ok = [m for m in train.values() if math.isfinite(m.time_ms) and math.isfinite(m.power_w)]
+        self.ratio, self.offset = 1.0, 0.0
+        if ok:
+            modes = np.array([m.mode.as_tuple() for m in ok], dtype=np.int64)
+            t, p = pair_model.predict(modes, np.full(len(ok), b))
+            self.ratio = float(np.median([m.time_ms for m in ok] / np.asarray(t)))
+            self.offset = float(np.median([m.power_w for m in ok] - np.asarray(p)))
+
+    def predict(self, modes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        t, p = self.pair_model.predict(modes, np.full(len(modes), self.b))
+        return np.asarray(t) * self.ratio, np.asarray(p) + self.offset
+
+
+@dataclass
+class _Probe:
+    pair: Pair
+    infer: PairWindow
+    holds: list[tuple[float, float]] = field(default_factory=list)
+
+
+class InterleaveJobsPlanner:
+    kinds = frozenset({"training", "inference"})
+    manages_gate = True
+
+    def __init__(
+        self,
+        hooks: BoardHooks,
+        spec: WindowSpec,
+        modes: np.ndarray,
+        samples: InferenceSamples,
+        fitter_factory: Callable[[], Any],
+        settings: InferenceSettings,
+        joint_train: dict[str, dict[PowerMode, Measurement]],
+    ):
+        self.hooks = hooks
+        self.spec = spec
+        self.modes = modes
+        self.settings = settings
+        self.fitter_factory = fitter_factory
+        self.joint_train = joint_train
+        # inference bookkeeping (sessions, reported batches, status) without its decisions
+        self.inf = InferenceJobsPlanner(hooks, spec, modes, samples, fitter_factory, settings)
+        self.train: dict[str, tuple[JobSpec, Any]] = {}
+        self.released: dict[str, str] = {}
+        self.budget_w: float | None = None
+        self.probe: _Probe | None = None
+        self.probes = 0
+        self.served: ServeJoint | None = None
+        self.mode: PowerMode | None = None
+        self.batch_size: int | None = None
+        self.holds: collections.deque[tuple[float, float]] = collections.deque(maxlen=512)
+        self._planners: dict[tuple[int, ...], InterleavePlanner] = {}
+        self._goal: InterleaveGoal | None = None
+
+    # ---- Planner interface ------------------------------------------------------------
+    def sync(self, jobs: Sequence[JobSpec], budget_w: float, now: float) -> None:
+        self.inf.sync([j for j in jobs if j.kind == "inference"], budget_w, now)
+        ids = {j.id for j in jobs}
+        for gone in [i for i in self.train if i not in ids]:
+            del self.train[gone]
+        for gone in [i for i in self.released if i not in ids]:
+            del self.released[gone]
+        for s in jobs:
+            if s.kind == "training" and s.id not in self.train and s.id not in self.released:
+                self.train[s.id] = (s, self.hooks.workload("training", s.workload, s.persistent))
+        self.budget_w = budget_w
+        goal = self._current_goal()
+        if goal != self._goal:
+            self._goal = goal
+            self.served = None  # re-solve (from what is measured)
+
+    def feed(self, job_id: str, ends: Sequence[float], durations: Sequence[float]) -> None:
+        self.inf.feed(job_id, ends, durations)
+        if self.probe is not None and job_id == self._inf_id():
+            for t, d in zip(ends, durations, strict=False):
+                self.probe.infer.add(t - d, t)
+
+    def feed_holds(self, holds: Sequence[tuple[str, str, float, float]]) -> None:
+        tid = self._train_id()
+        for job, _kind, start, end in holds:
+            if job != tid:
+                continue
+            self.holds.append((start, end))
+            if self.probe is not None and start >= self.probe.infer.opens:
+                self.probe.holds.append((start, end))
+
+    def tick(self, now: float) -> None:
+        tr, ij = self._train_job(), self.inf._driver()
+        if tr is None or ij is None or self._goal is None:
+            return
+        name = tr[0].workload
+        joint = self.joint_train.setdefault(name, {})
+        if self.probe is not None:
+            enough = len(self.probe.holds) >= self.spec.min_steps
+            # training that gets no turn at all (batches fill the GPU) must not stall a probe
+            late = now - self.probe.infer.opens > 4 * self.spec.window_s + 1.0
+            if not (self.probe.infer.ready(now) and (enough or late)):
+                return
+            self._finish_probe(ij, joint)
+        planner = self._planner(ij.session.planner.batch_sizes)
+        train = {**tr[1].samples, **joint}
+        action = planner.next_action(self._goal, train, ij.samples, self.probes)
+        if isinstance(action, MeasureJoint):
+            self._set(action.pair)
+            self.probe = _Probe(action.pair, PairWindow(action.pair, time.monotonic(), self.spec))
+            self.served = None
+            return
+        if self.served is None or self.served.pair != action.pair:
+            log.info(
+                "interleaving %s with %s: %s b=%d, worst-case %.1f ms, max power %.2f W, "
+                "%.2f training steps/s predicted (%s)",
+                tr[0].id,
+                ij.spec.id,
+                action.pair.mode,
+                action.pair.batch_size,
+                action.latency_ms,
+                action.power_w,
+                action.throughput_hz,
+                "feasible" if action.feasible else "latency target cannot be met",
+            )
+        self._set(action.pair)
+        self.served = action
+
+    def phase_of(self, job_id: str) -> JobView:
+        b = self.budget_w
+        if job_id in self.released:
+            return JobView("idle", self.released[job_id], None, b)
+        if job_id not in self.train and job_id not in self.inf.jobs:
+            return JobView("queued", "registered: waiting for the control loop", None, b)
+        size = self.batch_size if job_id == self._inf_id() else None
+        if job_id in self.train and job_id != self._train_id():
+            return JobView("queued", "another training job interleaves", None, b)
+        if job_id in self.inf.jobs and job_id != self._inf_id():
+            return JobView("queued", "another inference job interleaves", None, b)
+        s = self.served
+        if s is None:
+            return JobView(
+                "profiling",
+                "interleaved: measuring a (mode, batch size)",
+                None,
+                b,
+                batch_size=size,
+                gate="managed",
+            )
+        best = None if s.feasible else s.latency_ms
+        msg = (
+            ""
+            if s.feasible
+            else (
+                f"interleaved: the latency target cannot be met under {b:g} W; serving with "
+                f"the best, {s.latency_ms:.1f} ms"
+            )
+        )
+        return JobView(
+            "tuned", msg, s.feasible, b, batch_size=size, best_latency_ms=best, gate="managed"
+        )
+
+    def culprit(self) -> tuple[str | None, PowerMode | None]:
+        return self._train_id() or self._inf_id(), self.mode
+
+    def release(self, job_ids: Sequence[str] | None, message: str) -> None:
+        ids = list(self.train) + list(self.inf.jobs) if job_ids is None else list(job_ids)
+        for i in ids:
+            self.released[i] = message
+        self.inf.release(job_ids, message)
+        self.probe, self.served, self.mode = None, None, None
+
+    def resume(self, job_ids: Sequence[str] | None = None) -> None:
+        for i in list(self.released) if job_ids is None else job_ids:
+            self.released.pop(i, None)
+        self.inf.resume(job_ids)
+
+    def describe(self) -> dict[str, Any] | None:
+        s = self.served
+        return {
+            "planner": "interleave",
+            "training_job": self._train_id(),
+            "inference_job": self._inf_id(),
+            "budget_w": self.budget_w,
+            "state": "profiling" if s is None else "tuned",
+            "committed": None if s is None else s.pair.mode.as_dict(),
+            "batch_size": self.batch_size,
+            "feasible": None if s is None else s.feasible,
+            "joint_probes": self.probes,
+            "throughput_bound_hz": None if s is None else s.throughput_hz,
+        }
+
+    def job_extra(self, job_id: str) -> dict[str, Any]:
+        if job_id in self.inf.jobs:
+            out = self.inf.job_extra(job_id)
+            out["batch_size"] = self.batch_size
+            out["interleaved"] = True
+            if self.served is not None:
+                out["predicted_latency_ms"] = self.served.latency_ms
+                out["best_latency_ms"] = None if self.served.feasible else self.served.latency_ms
+            return out
+        if job_id == self._train_id():
+            recent = [h for h in self.holds if h[1] >= time.monotonic() - 5.0]
+            rate = None
+            if len(recent) >= 3:
+                rate = (len(recent) - 1) / max(1e-6, recent[-1][1] - recent[0][1])
+            return {
+                "interleaved": True,
+                "steps_per_s": rate,
+                "throughput_bound_hz": None if self.served is None else self.served.throughput_hz,
+            }
+        return {}
+
+    # ---- internals -----------------------------------------------------------------------
+    def _train_job(self) -> tuple[JobSpec, Any] | None:
+        live = [v for i, v in self.train.items() if i not in self.released]
+        return min(live, key=lambda v: v[0].registered) if live else None
+
+    def _train_id(self) -> str | None:
+        tr = self._train_job()
+        return None if tr is None else tr[0].id
+
+    def _inf_id(self) -> str | None:
+        ij = self.inf._driver()
+        return None if ij is None else ij.spec.id
+
+    def _current_goal(self) -> InterleaveGoal | None:
+        ij = self.inf._driver()
+        if ij is None or self.budget_w is None:
+            return None
+        g = ij.session.goal
+        return InterleaveGoal(g.rate_hz, self.budget_w, g.latency_ms)
+
+    def _planner(self, sizes: tuple[int, ...]) -> InterleavePlanner:
+        planner = self._planners.get(sizes)
+        if planner is None:
+            pair_fitter = self.fitter_factory()
+            tr = self._train_job()
+            fitted = None if tr is None else tr[1].predictor
+            bmax = max(sizes)
+
+            def train_fitter(samples: Mapping[PowerMode, Measurement]) -> Any:
+                if fitted is not None:
+                    return fitted
+                return _RatioTrainPredictor(pair_fitter(self.inf._driver().samples), bmax, samples)
+
+            planner = InterleavePlanner(
+                self.modes, sizes, train_fitter, pair_fitter, max_probes=self.settings.max_pairs
+            )
+            self._planners[sizes] = planner
+        return planner
+
+    def _finish_probe(self, ij: Any, joint: dict[PowerMode, Measurement]) -> None:
+        probe = self.probe
+        assert probe is not None
+        m = probe.infer.measure(self.hooks.power, self.settings.sensor_lag_s)
+        ij.samples[m.pair] = m
+        self.inf.store.save(ij.spec.workload, ij.spec.persistent)
+        # training: the same measure over the gate's holds
+        if probe.holds:
+            tw = PairWindow(probe.pair, probe.infer.applied, self.spec, list(probe.holds))
+            tm = tw.measure(self.hooks.power, self.settings.sensor_lag_s)
+            t_tr, p_tr = tm.batch_ms, tm.power_w
+        else:
+            t_tr, p_tr = math.nan, math.nan
+        joint[probe.pair.mode] = Measurement(probe.pair.mode, t_tr, p_tr, len(probe.holds), False)
+        self.probes += 1
+        log.info(
+            "interleaved probe %s b=%d: batch p99 %.1f ms at %.2f W, step %.1f ms at %.2f W",
+            probe.pair.mode,
+            probe.pair.batch_size,
+            m.tail_ms,
+            m.power_w,
+            t_tr,
+            p_tr,
+        )
+        self.probe = None
+
+    def _set(self, pair: Pair) -> None:
+        if pair.mode != self.mode:
+            self.mode = None
+            self.hooks.apply_mode(pair.mode)
+            self.mode = pair.mode
+        self.batch_size = pair.batch_size
+        ij = self.inf._driver()
+        if ij is not None:
+            self.inf.batch_size[ij.spec.id] = pair.batch_size
+
+
+def bound_hz(b: int, rate_hz: float, t_inf_ms: float, t_tr_ms: float) -> float:
+    return float(throughput_bound_hz(b, rate_hz, t_inf_ms, t_tr_ms))

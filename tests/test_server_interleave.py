@@ -1,0 +1,310 @@
+"""Training and inference on one board through the real daemon, client and emulated GPU:
+joining and leaving in every order, the GPU gate, and a client that dies holding it."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import pytest
+
+import powerd
+from powerd.sim.gpu import Gpu, idle_power
+from powerd.sim.harness import EmulatedBoard, knob_snapshot
+from powerd.sim.inference_job import load_batch_traces, run_inference_job
+from powerd.sim.job import run_training_job
+from powerd.sim.trace import TRACE_DIR, Trace
+
+SCALE = 0.2
+BUDGET = 20.0
+HEARTBEAT_MS = 1500  # the harness's heartbeat timeout
+
+
+@pytest.fixture(scope="module")
+def batches():
+    return load_batch_traces(TRACE_DIR / "orin_agx_resnet18_imagenet_infer.csv", (1, 4, 16))
+
+
+@pytest.fixture(scope="module")
+def train_trace():
+    return Trace.load(TRACE_DIR / "orin_agx_mobilenetv3_gld23k_train.csv")
+
+
+@pytest.fixture
+def board(batches, tmp_path):
+    eb = EmulatedBoard(
+        "orin-agx",
+        batches[1],
+        time_scale=SCALE,
+        workdir=tmp_path,
+        config={"inference": {"max_pairs": 6}},
+    )
+    with eb:
+        yield eb, Gpu(eb.emulator, idle_power(batches[1]), time_scale=SCALE)
+
+
+def _wait(pred, timeout_s: float, every: float = 0.1):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        got = pred()
+        if got:
+            return got
+        time.sleep(every)
+    return None
+
+
+def _phase_of(eb, kind: str) -> str | None:
+    jobs = [j for j in eb.status()["jobs"] if j["kind"] == kind]
+    return jobs[0]["phase"] if jobs else None
+
+
+def _measures(eb, marker: str) -> list[str]:
+    """Lines of the daemon log after `marker` that report a new measurement."""
+    text = eb.daemon_log.read_text()
+    tail = text[text.index(marker) :] if marker in text else ""
+    return [
+        ln
+        for ln in tail.splitlines()
+        if re.search(r"measured .* b=\d+|interleaved probe|profil(ing|ed) mode", ln)
+    ]
+
+
+def _switch_ms(eb, kind: str) -> float | None:
+    """Daemon log time from a job of `kind` closing to the next mode applied (the switch)."""
+    from datetime import datetime
+
+    def at(line: str) -> datetime:
+        return datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f")
+
+    lines = eb.daemon_log.read_text().splitlines()
+    ids = {ln.split("job ")[1].split()[0] for ln in lines if "registered: workload" in ln}
+    for i, ln in enumerate(lines):
+        if "ended: closed" in ln and any(j in ln for j in ids):
+            for nxt in lines[i + 1 :]:
+                if "applied" in nxt:
+                    return (at(nxt) - at(ln)).total_seconds() * 1000.0
+    return None
+
+
+def test_training_then_inference_joins_and_leaves_first(board, batches, train_trace) -> None:
+    eb, gpu = board
+    before = knob_snapshot(eb.root)
+    out: dict = {}
+    trainer = threading.Thread(
+        target=lambda: out.setdefault(
+            "run",
+            run_training_job(
+                eb.root, train_trace, BUDGET, "mobilenet", SCALE,
+                endpoint=eb.endpoint, stay_tuned_s=1000, max_s=45, gpu=gpu,
+            ),
+        )
+    )
+    trainer.start()
+    assert _wait(lambda: _phase_of(eb, "training") == "tuned", 40), eb.log_tail()
+    alone = eb.status()["mode"]
+    seen: dict = {}
+
+    def on_batch(inf, run) -> None:
+        if inf.phase == "tuned" and "st" not in seen:
+            seen["st"] = eb.status()
+
+    run = run_inference_job(
+        gpu, batches, 10.0, duration_s=70, budget_w=BUDGET, latency_ms=3000,
+        endpoint=eb.endpoint, wall_clock_goal=True, on_batch=on_batch,
+    )
+    left = time.monotonic()
+    assert "st" in seen, eb.log_tail()
+    st = seen["st"]
+    assert st["planner"] == "interleave"
+    inf_job = next(j for j in st["jobs"] if j["kind"] == "inference")
+    assert inf_job["interleaved"] is True and inf_job["batch_size"] in (1, 4, 16)
+    assert run.feasible is True
+    # both ran on the GPU while interleaved; a batch never waited long at the gate
+    assert max(run.gate_waits_s) <= HEARTBEAT_MS / 1000.0
+    # the inference job left: training is back at the mode it was tuned to alone, with
+    # no new profiling
+    back = _wait(
+        lambda: eb.status()["planner"] == "training" and eb.status()["mode"] == alone, 10
+    )
+    switch_s = time.monotonic() - left
+    assert back, eb.log_tail()
+    assert _wait(lambda: _phase_of(eb, "training") == "tuned", 10)
+    print(
+        f"switch back to training-only: {switch_s * 1000:.0f} ms seen by status; "
+        f"close -> mode applied in the daemon: {_switch_ms(eb, 'inference')} ms"
+    )
+    marker = [ln for ln in eb.daemon_log.read_text().splitlines() if "ended: closed" in ln][0]
+    assert not [ln for ln in _measures(eb, marker) if "b=" not in ln]
+    trainer.join()
+    assert _wait(lambda: knob_snapshot(eb.root) == before, 8)
+
+
+def test_inference_then_training_joins_and_leaves_first(board, batches, train_trace) -> None:
+    eb, gpu = board
+    before = knob_snapshot(eb.root)
+    out: dict = {}
+    state: dict = {}
+
+    def on_batch(inf, run) -> None:
+        if inf.phase == "tuned" and "alone" not in state and "trainer" not in state:
+            state["alone"] = (eb.status()["mode"], inf.batch_size)
+            t = threading.Thread(
+                target=lambda: out.setdefault(
+                    "run",
+                    run_training_job(
+                        eb.root, train_trace, BUDGET, "mobilenet", SCALE,
+                        endpoint=eb.endpoint, stay_tuned_s=1000, max_s=12, gpu=gpu,
+                    ),
+                )
+            )
+            state["trainer"] = t
+            t.start()
+        if "trainer" in state and not state["trainer"].is_alive() and "left" not in state:
+            state["left"] = time.monotonic()
+            state["marker"] = eb.daemon_log.read_text().count("\n")
+        if "left" in state and "back" not in state:
+            if eb.status()["planner"] == "inference" and inf.phase == "tuned":
+                state["back"] = (time.monotonic() - state["left"], eb.status()["mode"],
+                                 inf.batch_size)
+
+    run = run_inference_job(
+        gpu, batches, 10.0, duration_s=160, budget_w=BUDGET, latency_ms=3000,
+        endpoint=eb.endpoint, wall_clock_goal=True, on_batch=on_batch,
+    )
+    assert "trainer" in state, eb.log_tail()
+    state["trainer"].join()
+    assert "run" in out and out["run"].steps > 0
+    assert "back" in state, eb.log_tail()
+    switch_s, mode, b = state["back"]
+    print(f"switch back to inference-only: {switch_s * 1000:.0f} ms")
+    # back to an inference-only decision from the pairs already measured (the alone pick,
+    # or a pair the interleaved probes measured that serves with less power), within budget
+    from powerd.modes import PowerMode
+
+    assert batches[b].lookup(PowerMode(**mode)).power_w <= BUDGET + 0.5
+    lines = eb.daemon_log.read_text().splitlines()[state["marker"]:]
+    assert not [ln for ln in lines if re.search(r"measured .* b=\d+", ln)]
+    assert run.feasible is True
+    assert _wait(lambda: knob_snapshot(eb.root) == before, 8)
+
+
+_DYING_TRAINER = textwrap.dedent(
+    """
+    import sys, time, powerd
+    job = powerd.request(budget_w=20, workload="dying", endpoint=sys.argv[1])
+    while True:
+        job.step()  # under managed interleaving: takes the GPU and keeps it
+        print(job._state.gate, flush=True)
+        time.sleep(0.05 if job._state.gate != "managed" else 3600)
+    """
+)
+
+
+def test_a_client_dying_while_it_holds_the_gpu_blocks_the_other_at_most_a_heartbeat(
+    board,
+) -> None:
+    eb, _ = board
+    inf = powerd.request(
+        kind="inference", budget_w=BUDGET, rate_hz=50.0, latency_ms=2000,
+        endpoint=eb.endpoint, batch_sizes=(1, 4),
+    )
+    env = dict(os.environ, PYTHONPATH=os.getcwd())
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _DYING_TRAINER, eb.endpoint], stdout=subprocess.PIPE, env=env,
+        text=True,
+    )
+    try:
+        # wait until the trainer holds the GPU under the managed gate
+        for line in proc.stdout:  # type: ignore[union-attr]
+            if line.strip() == "managed":
+                break
+        assert _wait(lambda: inf._state.gate == "managed", 5)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        t0 = time.monotonic()
+        with inf.batch(size=inf.batch_size) as handle:
+            pass
+        waited = time.monotonic() - t0
+        assert handle.waited_s <= waited
+        assert waited <= HEARTBEAT_MS / 1000.0 + 0.5
+        # and the board goes back to inference alone
+        assert _wait(lambda: eb.status()["planner"] == "inference", 5)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        inf.close()
+
+
+def test_training_then_inference_and_training_leaves_first(board, batches, train_trace) -> None:
+    eb, gpu = board
+    out: dict = {}
+    state: dict = {}
+    trainer = threading.Thread(
+        target=lambda: out.setdefault(
+            "run",
+            run_training_job(
+                eb.root, train_trace, BUDGET, "mobilenet", SCALE,
+                endpoint=eb.endpoint, stay_tuned_s=1000, max_s=30, gpu=gpu,
+            ),
+        )
+    )
+    trainer.start()
+    assert _wait(lambda: _phase_of(eb, "training") == "tuned", 28), eb.log_tail()
+
+    def on_batch(inf, run) -> None:
+        if inf._state.gate == "managed":
+            state["managed"] = True
+        if not trainer.is_alive() and "alone" not in state:
+            if eb.status()["planner"] == "inference" and inf._state.gate == "open":
+                state["alone"] = time.monotonic()
+
+    run = run_inference_job(
+        gpu, batches, 10.0, duration_s=110, budget_w=BUDGET, latency_ms=3000,
+        endpoint=eb.endpoint, wall_clock_goal=True, on_batch=on_batch,
+    )
+    trainer.join()
+    assert state.get("managed"), eb.log_tail()
+    assert out["run"].steps > 0
+    # the training job left first: inference alone again, through the open gate
+    assert "alone" in state, eb.log_tail()
+    assert run.requests > 0 and run.latencies_ms
+
+
+def test_inference_then_training_and_inference_leaves_first(board, batches, train_trace) -> None:
+    eb, gpu = board
+    out: dict = {}
+    inf_thread = threading.Thread(
+        target=lambda: out.setdefault(
+            "inf",
+            run_inference_job(
+                gpu, batches, 10.0, duration_s=60, budget_w=BUDGET, latency_ms=3000,
+                endpoint=eb.endpoint, wall_clock_goal=True,
+            ),
+        )
+    )
+    inf_thread.start()
+    assert _wait(lambda: _phase_of(eb, "inference") is not None, 5)
+    time.sleep(1.0)
+    seen: dict = {}
+
+    def on_step(job, run) -> None:
+        if job._state.gate == "managed":
+            seen["managed"] = True
+        if not inf_thread.is_alive() and job._state.gate == "open" and job.phase == "tuned":
+            seen.setdefault("alone_tuned", eb.status()["planner"])
+
+    run = run_training_job(
+        eb.root, train_trace, BUDGET, "mobilenet", SCALE, endpoint=eb.endpoint,
+        stay_tuned_s=1000, max_s=45, gpu=gpu, on_step=on_step,
+    )
+    inf_thread.join()
+    assert seen.get("managed"), eb.log_tail()
+    # the inference job left first: training continues alone, tuned by the training planner
+    assert seen.get("alone_tuned") == "training", eb.log_tail()
+    assert run.steps > 0 and out["inf"].latencies_ms
