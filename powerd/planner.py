@@ -29,6 +29,7 @@ class JobSpec:
     registered: float
     latency_ms: float | None = None
     rate_hz: float | None = None
+    step_time_ms: float | None = None  # the step-time objective's target (None: budget)
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,7 @@ class JobView:
     message: str = ""
     feasible: bool | None = None
     budget_w: float | None = None
+    fastest_ms: float | None = None  # step-time objective, target unmet: fastest measured
 
 
 class Planner(Protocol):

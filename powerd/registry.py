@@ -46,6 +46,7 @@ class JobRecord:
     registered: float
     latency_ms: float | None = None
     rate_hz: float | None = None
+    step_time_ms: float | None = None  # the step-time objective's target (None: budget)
     steps: int = 0
     pending: collections.deque[tuple[list[float], list[float]]] = field(
         default_factory=lambda: collections.deque(maxlen=MAX_PENDING_BATCHES)
@@ -61,6 +62,7 @@ class JobRecord:
             registered=self.registered,
             latency_ms=self.latency_ms,
             rate_hz=self.rate_hz,
+            step_time_ms=self.step_time_ms,
         )
 
 

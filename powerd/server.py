@@ -177,6 +177,9 @@ class Daemon:
         reg = self.registry
         with reg.lock:
             budget = reg.default_budget_w if req.budget_w is None else req.budget_w
+            if req.budget_w is None and req.step_time_ms is not None:
+                # a step-time target alone is capped only by the admin's ceiling
+                budget = self.cfg.budget.max_w
             err = self._check_budget(budget, req.id)
             if err is not None:
                 return err
@@ -212,6 +215,7 @@ class Daemon:
                 registered=now,
                 latency_ms=req.latency_ms,
                 rate_hz=req.rate_hz,
+                step_time_ms=req.step_time_ms,
             )
             reg.add(job)
             reg.claims += 1
@@ -342,6 +346,9 @@ class Daemon:
             heartbeat_ms=max(100, self.cfg.server.heartbeat_timeout_ms // 5),
             message=view.message,
             feasible=view.feasible,
+            objective="power_budget" if job.step_time_ms is None else "step_time",
+            step_time_ms=job.step_time_ms,
+            fastest_ms=view.fastest_ms,
         )
 
     def status(self) -> dict[str, Any]:
@@ -361,6 +368,9 @@ class Daemon:
                         "kind": j.kind,
                         "workload": j.workload,
                         "budget_w": j.budget_w,
+                        "objective": "power_budget" if j.step_time_ms is None else "step_time",
+                        "step_time_ms": j.step_time_ms,
+                        "fastest_ms": view.fastest_ms,
                         "phase": view.phase,
                         "feasible": view.feasible,
                         "pid": j.pid,
