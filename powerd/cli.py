@@ -354,8 +354,14 @@ def format_status(s: dict[str, Any]) -> str:
     lines.append(f"jobs      {len(jobs) or 'none'}")
     for j in jobs:
         fit = f", fit {j['fit_method']}" if j.get("fit_method") else ""
+        # the objective in force: a power budget, or a step-time target within it
+        goal = f"{j['budget_w']:g} W"
+        if j.get("objective") == "step_time":
+            goal = f"step time {j['step_time_ms']:g} ms within {goal}"
+            if j.get("fastest_ms") is not None:
+                goal += f" (fastest measured {j['fastest_ms']:g} ms)"
         lines.append(
-            f"  {j['id']}  {j['workload']:<28} {j['phase']:<9} {j['budget_w']:g} W  "
+            f"  {j['id']}  {j['workload']:<28} {j['phase']:<9} {goal}  "
             f"{j['steps']} steps, {j['profiled_modes']} modes profiled{fit}"
         )
         detail = _job_detail(j)

@@ -30,6 +30,7 @@ class JobSpec:
     latency_ms: float | None = None
     rate_hz: float | None = None
     batch_sizes: tuple[int, ...] | None = None  # inference: the sizes the job can run
+    step_time_ms: float | None = None  # the step-time objective's target (None: budget)
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,7 @@ class JobView:
     best_latency_ms: float | None = None
     # "managed": the job enters each batch/step through the daemon's GPU gate
     gate: str = "open"
+    fastest_ms: float | None = None  # step-time objective, target unmet: fastest measured
 
 
 class Planner(Protocol):

@@ -48,6 +48,7 @@ class JobRecord:
     rate_hz: float | None = None
     batch_sizes: tuple[int, ...] | None = None
     gate_token: str = ""  # authenticates Gate messages (they come on another socket)
+    step_time_ms: float | None = None  # the step-time objective's target (None: budget)
     steps: int = 0
     pending: collections.deque[tuple[list[float], list[float]]] = field(
         default_factory=lambda: collections.deque(maxlen=MAX_PENDING_BATCHES)
@@ -64,6 +65,7 @@ class JobRecord:
             latency_ms=self.latency_ms,
             rate_hz=self.rate_hz,
             batch_sizes=self.batch_sizes,
+            step_time_ms=self.step_time_ms,
         )
 
 

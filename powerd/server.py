@@ -189,6 +189,9 @@ class Daemon:
         reg = self.registry
         with reg.lock:
             budget = reg.default_budget_w if req.budget_w is None else req.budget_w
+            if req.budget_w is None and req.step_time_ms is not None:
+                # a step-time target alone is capped only by the admin's ceiling
+                budget = self.cfg.budget.max_w
             err = self._check_budget(budget, req.id)
             if err is not None:
                 return err
@@ -226,6 +229,7 @@ class Daemon:
                 rate_hz=req.rate_hz,
                 batch_sizes=None if not req.batch_sizes else tuple(req.batch_sizes),
                 gate_token=secrets.token_hex(16),
+                step_time_ms=req.step_time_ms,
             )
             reg.add(job)
             reg.claims += 1
@@ -386,6 +390,9 @@ class Daemon:
             gate="managed" if managed else "open",
             gate_token=job.gate_token if managed else None,
             gate_timeout_ms=self.cfg.server.heartbeat_timeout_ms,
+            objective="power_budget" if job.step_time_ms is None else "step_time",
+            step_time_ms=job.step_time_ms,
+            fastest_ms=view.fastest_ms,
         )
 
     def status(self) -> dict[str, Any]:
@@ -405,6 +412,9 @@ class Daemon:
                         "kind": j.kind,
                         "workload": j.workload,
                         "budget_w": j.budget_w,
+                        "objective": "power_budget" if j.step_time_ms is None else "step_time",
+                        "step_time_ms": j.step_time_ms,
+                        "fastest_ms": view.fastest_ms,
                         "phase": view.phase,
                         "feasible": view.feasible,
                         "pid": j.pid,

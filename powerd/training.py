@@ -12,6 +12,15 @@ What a job reads is what is true (DESIGN "tuned"):
 - a job waiting while another workload is profiled: `queued`, naming that job;
 - a committed mode that does not fit (no measured mode does): `idle`, `feasible=False`;
 - a job released after a fault or after the daemon gave up: `idle` with the reason.
+
+The step-time objective (a job registered with `step_time_ms`): its workload is tuned by a
+`StepTimeSearch` over the workload's own strategy, capped by the effective budget. So a
+step-time job on its own (its budget is the admin's ceiling unless it gave one) gets the
+lowest-power mode whose measured step time meets its target; mixed with budget jobs, the
+lowest budget still caps the board, and each workload's turn uses its own job's objective
+(the oldest job of a workload decides its objective). An unreachable target is not a
+budget miss: the job reads `tuned` holding the fastest measured mode within the cap, with
+`feasible=False` and `fastest_ms` (the phase semantics stay those of the budget objective).
 """
 
 from __future__ import annotations
@@ -23,6 +32,7 @@ from typing import Any
 
 from powerd.modes import PowerMode
 from powerd.optimize.base import Measurement
+from powerd.optimize.time_target import StepTimeSearch
 from powerd.planner import BoardHooks, JobSpec, JobView
 from powerd.profiler import WindowSpec
 from powerd.tuner import Tuner, TunerHooks, WorkloadState
@@ -46,8 +56,9 @@ class TrainingPlanner:
         self.budget_w: float | None = None
         self.tuner: Tuner | None = None
         self.tuner_job: str | None = None
-        # workload name -> the effective budget it was tuned for in the current plan
-        self.done: dict[str, float] = {}
+        # (workload name, step-time target) -> the effective budget it was tuned for in
+        # the current plan
+        self.done: dict[tuple[str, float | None], float] = {}
         self.released: dict[str, str] = {}  # job id -> why it reads idle
 
     # ---- Planner interface ------------------------------------------------------------
@@ -79,9 +90,9 @@ class TrainingPlanner:
             self.done.clear()
             if self.tuner is not None:
                 self.tuner.set_budget(budget_w)
-        live = {j.workload.name for i, j in self.jobs.items() if i not in self.released}
-        for name in [n for n in self.done if n not in live]:
-            del self.done[name]
+        live = {_key(j) for i, j in self.jobs.items() if i not in self.released}
+        for key in [k for k in self.done if k not in live]:
+            del self.done[key]
         self._arbitrate()
 
     def feed(self, job_id: str, ends: Sequence[float], durations: Sequence[float]) -> None:
@@ -106,16 +117,14 @@ class TrainingPlanner:
         if job is None:
             return JobView("queued", "registered: waiting for the control loop", None, b)
         t = self.tuner
-        if t is not None and t.workload is job.workload:
+        if t is not None and t.workload is job.workload and _target(t) == job.spec.step_time_ms:
             if t.ticks == 0:
                 return JobView("queued", "about to decide", None, b)
             if t.state != "tuned":
                 return JobView(t.phase, t.message, None, b)
             if t.budget_w != b:
                 return JobView("profiling", f"re-planning for {b:g} W", None, b)
-            if not t.feasible:
-                return JobView("idle", t.message, False, b)
-            return JobView("tuned", t.message, True, b)
+            return _committed_view(t, b, t.message)
         if t is not None and t.state != "tuned":
             other = self.jobs.get(self.tuner_job or "")
             name = other.workload.name if other else t.workload.name
@@ -125,8 +134,10 @@ class TrainingPlanner:
                 None,
                 b,
             )
-        if self.done.get(job.workload.name) == b and t is not None and t.state == "tuned":
+        if self.done.get(_key(job)) == b and t is not None and t.state == "tuned":
             if t.feasible:
+                return JobView("tuned", "", True, b)
+            if _target(t) is not None:  # another job's unmet target: its budget is met
                 return JobView("tuned", "", True, b)
             return JobView("idle", t.message, False, b)  # the board holds an infeasible mode
         return JobView("queued", "waiting for its turn to be tuned", None, b)
@@ -161,6 +172,7 @@ class TrainingPlanner:
             "job": self.tuner_job,
             "workload": t.workload.name,
             "budget_w": t.budget_w,
+            "step_time_ms": _target(t),
             "state": t.state,
             "measuring": None if t.window is None else t.window.mode.as_dict(),
             "committed": None if t.committed is None else t.committed.mode.as_dict(),
@@ -180,7 +192,10 @@ class TrainingPlanner:
             (
                 i
                 for i, j in sorted(self.jobs.items(), key=lambda kv: kv[1].spec.registered)
-                if j.workload is job.workload and i not in self.released
+                if j.workload is job.workload
+                and i not in self.released
+                and self.tuner is not None
+                and j.spec.step_time_ms == _target(self.tuner)
             ),
             None,
         )
@@ -195,7 +210,7 @@ class TrainingPlanner:
     def _note_done(self) -> None:
         t = self.tuner
         if t is not None and t.state == "tuned" and t.budget_w == self.budget_w:
-            self.done[t.workload.name] = t.budget_w
+            self.done[(t.workload.name, _target(t))] = t.budget_w
 
     def _arbitrate(self) -> None:
         """One workload tunes at a time; the others wait their turn (queued)."""
@@ -207,15 +222,21 @@ class TrainingPlanner:
         waiting = [
             (i, j)
             for i, j in self.jobs.items()
-            if i not in self.released and self.done.get(j.workload.name) != self.budget_w
+            if i not in self.released and self.done.get(_key(j)) != self.budget_w
         ]
         if not waiting:
             return
         job_id, job = min(waiting, key=lambda kv: kv[1].spec.registered)
-        if self.tuner is not None and self.tuner.workload is job.workload:
-            self.tuner.set_budget(self.budget_w)
+        target = job.spec.step_time_ms
+        t = self.tuner
+        if t is not None and t.workload is job.workload and _target(t) == target:
+            t.set_budget(self.budget_w)
         else:
-            self.tuner = Tuner(job.workload, self.budget_w, self.spec, self._tuner_hooks())
+            # a step-time job: the search bisects the budget of the workload's strategy
+            search = None if target is None else StepTimeSearch(job.workload.strategy, target)
+            self.tuner = Tuner(
+                job.workload, self.budget_w, self.spec, self._tuner_hooks(), strategy=search
+            )
         self.tuner_job = job_id
 
     def _tuner_hooks(self) -> TunerHooks:
@@ -229,3 +250,24 @@ class TrainingPlanner:
             on_sample=self.hooks.persist,
             on_commit=on_commit,
         )
+
+
+def _target(t: Tuner) -> float | None:
+    """The step-time target the tuner searches for (None: the budget objective)."""
+    return getattr(t.strategy, "step_time_ms", None)
+
+
+def _key(job: _Job) -> tuple[str, float | None]:
+    return (job.workload.name, job.spec.step_time_ms)
+
+
+def _committed_view(t: Tuner, b: float, message: str) -> JobView:
+    """What the job whose workload `t` tuned reads once it committed for budget `b`."""
+    if _target(t) is None:
+        if not t.feasible:
+            return JobView("idle", message, False, b)
+        return JobView("tuned", message, True, b)
+    # the step-time objective: the pinned mode is within the cap either way; an unmet
+    # target says so with the fastest time measured within the cap
+    fastest = None if t.feasible else getattr(t.strategy, "fastest_ms", None)
+    return JobView("tuned", message, bool(t.feasible), b, fastest)

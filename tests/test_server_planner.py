@@ -77,3 +77,23 @@ def test_a_new_workload_queues_behind_the_one_being_profiled(planner):
     planner.sync([job("c", 12, workload="other", t=1.0)], 12, 0.2)
     planner.tick(0.2)
     assert planner.tuner_job == "c" and planner.tuner.workload.name == "other"
+
+
+def test_a_step_time_job_searches_under_the_budget_cap_and_hands_over_no_search(planner):
+    st = JobSpec(
+        id="s", kind="training", workload="w", persistent=True, budget_w=15, registered=0.0,
+        step_time_ms=80.0,
+    )
+    planner.sync([st], 15, 0.0)
+    planner.tick(0.0)
+    t = planner.tuner
+    assert planner.tuner_job == "s" and t.strategy.step_time_ms == 80.0 and t.budget_w == 15
+    # a budget job of the same workload: the lower budget caps the step-time search
+    planner.sync([st, job("a", 10, t=1.0)], 10, 0.1)
+    planner.tick(0.1)
+    assert planner.tuner is t and t.budget_w == 10
+    assert planner.phase_of("a").phase == "queued"  # its own objective gets its own turn
+    # the step-time job leaves: the budget job is not served by the step-time search
+    planner.sync([job("a", 10, t=1.0)], 10, 0.2)
+    planner.tick(0.2)
+    assert planner.tuner_job == "a" and planner.tuner.strategy is None

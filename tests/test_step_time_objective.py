@@ -3,7 +3,11 @@ real daemon (emulated Orin Nano) pins a mode whose measured step time meets it."
 
 from __future__ import annotations
 
+import json
+import os
 import random
+import subprocess
+import sys
 import time
 
 import pytest
@@ -21,10 +25,23 @@ def nano_trace():
     return Trace.load(TRACE_DIR / "orin_nano_resnet18_imagenet_train.csv")
 
 
-def train_until_tuned(board, trace, step_time_ms, max_s=120.0):
+def powerctl_status(board, *args):
+    res = subprocess.run(
+        [sys.executable, "-c", "import sys; from powerd.cli import ctl_main; "
+         "sys.exit(ctl_main(sys.argv[1:]))", "--config", str(board.config_path), "status", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={k: v for k, v in os.environ.items() if k != "POWERD_ENDPOINT"},
+    )
+    assert res.returncode == 0, res.stderr
+    return res.stdout
+
+
+def train_until_tuned(board, trace, step_time_ms, max_s=120.0, budget_w=30.0, check=None):
     rng = random.Random(0)
     with powerd.request(
-        budget_w=30.0, workload="st", endpoint=board.endpoint, step_time_ms=step_time_ms
+        budget_w=budget_w, workload="st", endpoint=board.endpoint, step_time_ms=step_time_ms
     ) as job:
         assert job.objective == "step_time" and job.step_time_ms == step_time_ms
         t0 = time.monotonic()
@@ -39,6 +56,8 @@ def train_until_tuned(board, trace, step_time_ms, max_s=120.0):
             step = trace.lookup(read_effective_mode(board.root)).time_ms / 1000 * TS
             time.sleep(step * max(0.5, rng.gauss(1.0, 0.02)))
             job.step()
+        if check is not None:
+            check(job)
         return job.phase, job.mode, job.fastest_ms, job.message
 
 
@@ -46,16 +65,33 @@ def test_pins_a_low_power_mode_meeting_the_target(nano_trace):
     best14 = nano_trace.best_under(14.0)
     target_trace_ms = best14.time_ms * 1.05
     with EmulatedBoard("orin-nano", nano_trace, time_scale=TS, strategy="powertrain") as b:
-        phase, mode, fastest, _ = train_until_tuned(b, nano_trace, target_trace_ms * TS)
+
+        def shows_the_objective(job):
+            (entry,) = json.loads(powerctl_status(b, "--json"))["jobs"]
+            assert entry["objective"] == "step_time" and entry["step_time_ms"] == job.step_time_ms
+            assert f"step time {job.step_time_ms:g} ms within 30 W" in powerctl_status(b)
+
+        phase, mode, fastest, _ = train_until_tuned(
+            b, nano_trace, target_trace_ms * TS, check=shows_the_objective
+        )
         assert phase == "tuned" and fastest is None
         row = nano_trace.lookup(mode)
         assert row.time_ms <= 1.02 * target_trace_ms
         # not the lazy answer: far below the fastest mode's power, near the optimum's
         cheapest = min(r.power_w for r in nano_trace.rows if r.time_ms <= target_trace_ms)
         assert row.power_w <= cheapest * 1.25
-        # an unreachable target: the fastest measured mode, reported as such
+        # an unreachable target with no budget (capped by the admin's ceiling only): the
+        # fastest measured mode, reported as such
+        def capped_by_the_ceiling(job):
+            assert job.budget_w == b.config.budget.max_w and job.feasible is False
+            assert "fastest measured" in powerctl_status(b)
+
         phase, mode, fastest, message = train_until_tuned(
-            b, nano_trace, 0.5 * float(nano_trace.time_ms.min()) * TS
+            b,
+            nano_trace,
+            0.5 * float(nano_trace.time_ms.min()) * TS,
+            budget_w=None,
+            check=capped_by_the_ceiling,
         )
         assert phase == "tuned" and fastest is not None and "meets" in message
         # the fastest the search measured (a budget change's few modes: near, not at, the top)
