@@ -11,7 +11,7 @@ their `BoardHooks` and never talk to clients; the control loop publishes what th
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass
 from typing import Any, Protocol
 
 from powerd.modes import PowerMode
@@ -44,6 +44,9 @@ class JobView:
     message: str = ""
     feasible: bool | None = None
     budget_w: float | None = None
+    # the rest by keyword only: planners of different kinds fill different ones, and a
+    # positional fifth argument once landed in the wrong field
+    _: KW_ONLY
     # inference: the batch size to run, and when infeasible the latency powerd serves with
     batch_size: int | None = None
     best_latency_ms: float | None = None

@@ -270,4 +270,4 @@ def _committed_view(t: Tuner, b: float, message: str) -> JobView:
     # the step-time objective: the pinned mode is within the cap either way; an unmet
     # target says so with the fastest time measured within the cap
     fastest = None if t.feasible else getattr(t.strategy, "fastest_ms", None)
-    return JobView("tuned", message, bool(t.feasible), b, fastest)
+    return JobView("tuned", message, bool(t.feasible), b, fastest_ms=fastest)
