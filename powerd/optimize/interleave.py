@@ -30,22 +30,15 @@ from powerd.modes import PowerMode
 from powerd.optimize.base import Measurement, Predictor
 from powerd.optimize.inference import (
     DRAIN_FRACTION,
+    InferenceGoal,
     Pair,
     PairMeasurement,
     PairPredictor,
     pair_grid,
 )
 
-
-@dataclass(frozen=True)
-class InterleaveGoal:
-    rate_hz: float
-    budget_w: float
-    latency_ms: float | None = None
-
-    def __post_init__(self) -> None:
-        if not self.rate_hz > 0:
-            raise ValueError(f"rate_hz must be > 0, got {self.rate_hz}")
+# The pair's goal is the inference job's: its rate, the board's budget, its latency target.
+InterleaveGoal = InferenceGoal
 
 
 def interleaved_latency_ms(b, rate_hz: float, t_inf_ms, t_tr_ms):
