@@ -27,6 +27,7 @@ from typing import Any
 from powerd import protocol as p
 from powerd.config import Config
 from powerd.device.coexist import running_writers
+from powerd.device.controller import ExternalChange
 from powerd.fitting import Fitting
 from powerd.hardware import Hardware
 from powerd.inference_planner import InferenceJobsPlanner, InferenceSamples, InferenceSettings
@@ -51,6 +52,10 @@ SWITCH_SETTLE_S = 0.3  # a switch younger than this may not show in the power ye
 MAX_FAULTS_KEPT = 20
 CATALOGUE_PERIOD_S = 2.0  # how often the stored workload names are listed for status
 EXTERNAL_CHECK_S = 0.5  # how often pinned values are read back for external rewrites
+# "reapply" against a tool that keeps rewriting: each round doubles the check period up to
+# this, so powerd neither spins nor floods the log; a quiet spell this long ends the fight.
+REAPPLY_BACKOFF_MAX_S = 30.0
+REAPPLY_QUIET_S = 30.0
 
 
 class ControlLoop:
@@ -140,6 +145,9 @@ class ControlLoop:
         self._started = time.monotonic()
         self._board_dirty = True  # restore once at start: nothing may be left pinned
         self._external_t = -math.inf
+        self._external_every = EXTERNAL_CHECK_S
+        self._fight: dict[str, Any] | None = None  # the fault entry of an ongoing reapply fight
+        self._fight_t = -math.inf
         # on_external_change = "yield": the fault entry and the jobs released, until the
         # next register or set_budget (registry.claims moves past `_yield_claims`)
         self._yielded: dict[str, Any] | None = None
@@ -297,11 +305,15 @@ class ControlLoop:
         thread, the only one that switches, so never during a switch in flight."""
         if not specs or self.device.current_mode is None:
             return
-        if now - self._external_t < EXTERNAL_CHECK_S:
+        if now - self._external_t < self._external_every:
             return
         self._external_t = now
-        changes = self.device.external_changes()  # logs each change
+        changes = self.device.external_changes()
         if not changes:
+            if self._fight is not None and now - self._fight_t > REAPPLY_QUIET_S:
+                log.info("no external rewrite for %g s: checking every %g s again",
+                         REAPPLY_QUIET_S, EXTERNAL_CHECK_S)
+                self._fight, self._external_every = None, EXTERNAL_CHECK_S
             return
         writers = running_writers(self.device.board.root)
         who = (
@@ -316,11 +328,7 @@ class ControlLoop:
         job = self.planner.culprit()[0] if self.planner is not None else None
         mode = self.device.current_mode
         if policy == "reapply":
-            log.warning("%s (%s): writing mode %s again", what, who, mode)
-            entry = self._fault("external_change", f"{what} ({who}); powerd wrote {mode} again")
-            entry.update(action="reapplied", changes=[dataclasses.asdict(c) for c in changes])
-            self.device.reapply()
-            self._watch_mode(time.monotonic())
+            self._reapply(now, changes, f"{what} ({who})", mode)
             return
         why = (
             f"another tool changed values powerd had pinned ({what}; {who}): powerd gave "
@@ -340,6 +348,36 @@ class ControlLoop:
         self._watch_mode(time.monotonic())
         self._yielded = {"entry": entry, "jobs": ids}
         self._yield_claims = claims
+
+    def _reapply(
+        self, now: float, changes: list[ExternalChange], what: str, mode: PowerMode | None
+    ) -> None:
+        """Write the pinned mode again. The first round of a fight is a fault entry and a
+        warning; later rounds extend that entry, back the checks off, and log only at
+        rounds 2, 4, 8, ... (a tool rewriting every second would otherwise spin both)."""
+        found = [dataclasses.asdict(c) for c in changes]
+        fight = self._fight
+        if fight is None:
+            log.warning("%s: writing mode %s again", what, mode)
+            fight = self._fault("external_change", f"{what}; powerd wrote {mode} again")
+            fight.update(action="reapplied", rounds=1, changes=found)
+            self._fight = fight
+        else:
+            fight["rounds"] += 1
+            known = {c["file"] for c in fight["changes"]}
+            fight["changes"] += [c for c in found if c["file"] not in known]
+            self._external_every = min(REAPPLY_BACKOFF_MAX_S, 2 * self._external_every)
+            rounds = fight["rounds"]
+            if rounds & (rounds - 1) == 0:
+                log.warning(
+                    "another tool keeps rewriting pinned values (round %d; now %s): powerd "
+                    "writes mode %s again and checks every %g s; stop the other tool or set "
+                    '[device] on_external_change = "yield"',
+                    rounds, what, mode, self._external_every,
+                )
+        self._fight_t = now
+        self.device.reapply()
+        self._watch_mode(time.monotonic())
 
     def _reacquire(self, specs: list[JobSpec], claims: int) -> None:
         """After a yield: a new register or set_budget takes the board again (when the last
@@ -402,11 +440,13 @@ class ControlLoop:
         entry["active"] = True
         self.sensor_fault = entry
         self._sensor_released = [s.id for s in specs]
-        self.planner.release(
-            self._sensor_released,
-            f"{why}; the board is back at its baseline until the sensor recovers",
+        problem = self._give_board_back()
+        where = (
+            "the board is back at its baseline"
+            if problem is None
+            else f"giving the board back failed ({problem}; retried while idle)"
         )
-        self._give_board_back()
+        self.planner.release(self._sensor_released, f"{why}; {where} until the sensor recovers")
 
     def _frozen_reason(self, now: float) -> str | None:
         latest = self.device.sampler.latest()

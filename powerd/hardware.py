@@ -155,11 +155,11 @@ class Hardware:
         return self.restore()
 
     def external_changes(self) -> list[ExternalChange]:
-        """Pinned knob files something else rewrote (see Controller.external_changes);
-        each one is logged. Cheap: one read per pinned file, no waiting."""
+        """Pinned knob files something else rewrote (see Controller.external_changes).
+        Cheap: one read per pinned file, no waiting."""
         changes = self.controller.external_changes()
-        for change in changes:
-            log.warning("external change to a pinned value: %s", change)
+        for change in changes:  # the control path warns once per fight, not per round
+            log.debug("external change to a pinned value: %s", change)
         return changes
 
     def yield_board(self, changes: Sequence[ExternalChange]) -> RestoreReport:

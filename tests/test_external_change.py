@@ -143,7 +143,7 @@ def test_reapply_puts_the_pinned_mode_back_and_logs_what_changed(
             board,
         )
         log = board.daemon_log.read_text()
-        assert "external change to a pinned value" in log and f"{rel}/max_freq" in log
+        assert "writing mode" in log and f"{rel}/max_freq: powerd pinned" in log
         time.sleep(0.5)
         assert job.phase == "tuned" and job.mode == mode  # it went on as before
         assert board.status()["jobs"][0]["phase"] == "tuned"
@@ -151,6 +151,45 @@ def test_reapply_puts_the_pinned_mode_back_and_logs_what_changed(
         stepper.stop()
     job.close()
     wait_for(lambda: knob_snapshot(board.root) == board.baseline, 10, "the baseline", board)  # type: ignore[attr-defined]
+
+
+def test_reapply_backs_off_from_a_tool_that_keeps_rewriting(
+    reapply_board: EmulatedBoard,
+) -> None:
+    """A tool that rewrites the GPU window again as soon as powerd has put it back: powerd
+    keeps taking the board back, checking less and less often, as one fault entry and a
+    few log lines rather than one of each every 0.5 s."""
+    board = reapply_board
+    job, stepper = _tuned_job(board, "fought")
+    try:
+        mode = job.mode
+        assert mode is not None
+        gpu = _gpu_window(board, mode.gpu_hz)
+        pinned = str(mode.gpu_hz)
+        waits = []
+        for _ in range(4):
+            _other_tool_writes(gpu, mode.gpu_hz)
+            t0 = time.monotonic()
+            wait_for(
+                lambda: (gpu / "max_freq").read_text().strip() == pinned
+                and (gpu / "min_freq").read_text().strip() == pinned,
+                30,
+                "the pinned GPU window to be written again",
+                board,
+            )
+            waits.append(time.monotonic() - t0)
+            time.sleep(0.3)  # past powerd's read-back of its own write
+        (fault,) = _external_faults(board)  # one fight, one entry
+        assert fault["rounds"] == 4, fault
+        # the check period doubles each round (0.5, 1, 2, 4 s): the rewrite stood longer
+        assert waits[-1] > 2 * waits[0] and waits[-1] > 1.5, waits
+        log = board.daemon_log.read_text()
+        assert log.count("writing mode") == 1
+        assert "(round 2" in log and "(round 4" in log and "(round 3" not in log
+        assert job.phase == "tuned" and job.mode == mode
+    finally:
+        stepper.stop()
+    job.close()
 
 
 def test_yield_releases_the_board_and_takes_it_again_on_the_next_request(

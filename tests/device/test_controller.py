@@ -341,7 +341,7 @@ def test_hardware_logs_external_changes(emulated_agx: Emulator, tmp_path, caplog
         hw.apply(PowerMode(4, 1036800, 522750000, 2133000000))
         online = emulated_agx.root / "sys/devices/system/cpu/cpu7/online"
         sysfs.write_value(online, 1)
-        with caplog.at_level("WARNING"):
+        with caplog.at_level("DEBUG"):  # the control path warns, once per fight
             changes = hw.external_changes()
         assert [(c.file, c.expected, c.found) for c in changes] == [
             ("/sys/devices/system/cpu/cpu7/online", "0", "1")
