@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import math
+import os
 import time
 
 import numpy as np
@@ -265,82 +267,246 @@ def emulated(duration_s: float, scale: float) -> None:
                 )
 
 
-DAEMON_POINTS = (  # (rate /s, latency ms or None, budget W), trace units
-    (5.0, 4000.0, 20.0),
-    (10.0, 2500.0, 17.0),
-    (5.0, None, 20.0),
-    (10.0, 30.0, 20.0),  # infeasible: below any batch time
-)
+# The grid through the daemon (trace units): every (latency, budget, rate) of one job that
+# changes its goal, plus the first goal of a few fresh workloads (fresh profiling).
+D_RATES = (30.0, 100.0, 250.0)
+D_LATENCIES = (400.0, 100.0, None)
+D_BUDGETS = (20.0, 15.0, 25.0)
+D_FRESH = ((30.0, 400.0, 20.0), (100.0, 100.0, 17.0), (250.0, None, 25.0))
+D_QUICK = dict(rates=(30.0, 250.0), latencies=(400.0, None), budgets=(20.0, 15.0))
 
 
-def _oracle(batches: dict, rate: float, latency: float | None, budget: float):
-    """The trace's best pair for the goal: (power, b, mode) of the least-power fit pair, or
-    of the least latency under the budget without a target; None when none fits."""
-    best = None
+def oracle(batches: dict, rate: float, latency: float | None, budget: float) -> dict:
+    """Brute force over the trace for the goal: the least-power pair meeting latency, drain
+    and budget (the least latency under the budget without a target), and the least
+    worst-case latency of any pair that drains within the budget (what an infeasible point
+    should be served with)."""
+    best, best_lat = None, None
     for b, tr in batches.items():
         for row in tr.rows:
             lat = (b - 1) * 1000.0 / rate + row.time_ms
             if row.power_w > budget or row.time_ms > 0.9 * b * 1000.0 / rate:
                 continue
+            best_lat = lat if best_lat is None else min(best_lat, lat)
             if latency is not None and lat > latency:
                 continue
             key = (row.power_w, lat) if latency is not None else (lat, row.power_w)
             if best is None or key < best[0]:
                 best = (key, b, row)
-    return best
+    return {
+        "feasible": best is not None,
+        "power_w": None if best is None else best[2].power_w,
+        "latency_ms": None if best is None else best[0][0 if latency is None else 1],
+        "b": None if best is None else best[1],
+        "best_latency_ms": best_lat,
+    }
 
 
-def through_daemon(duration_s: float, scale: float, max_pairs: int) -> None:
-    """Inference alone through the real daemon on the emulated Orin AGX, one new workload per
-    point: what it served (judged on the trace's truth), the client-measured p99 once tuned,
-    pairs profiled and time to the decision."""
+def _job_of(st: dict, job_id: str | None) -> dict | None:
+    return next((j for j in st["jobs"] if j["id"] == job_id), None)
+
+
+def _settle(eb, client, scale: float, budget: float, timeout_s: float) -> dict | None:
+    """Poll status until the job's phase is tuned (or idle: nothing within the budget) for
+    the goal just set; the decision does not change after that (the planner re-derives the
+    same answer from the same samples). Returns the status of the job then."""
+    deadline = time.monotonic() + timeout_s
+    want_rate = client.rate_hz / scale
+    while time.monotonic() < deadline:
+        st = eb.status()
+        job = _job_of(st, client.job_id)
+        if (
+            job is not None
+            and job["phase"] in ("tuned", "idle")
+            and job.get("rate_hz") is not None
+            and abs(job["rate_hz"] - want_rate) <= 1e-6 * want_rate
+            and job["budget_w"] == budget
+            and st["mode"] is not None
+        ):
+            return {"job": job, "mode": st["mode"], "at": time.monotonic()}
+        if client.error is not None:
+            raise client.error
+        time.sleep(0.05)
+    return None
+
+
+def _steady(client, t0: float, rate: float, b: int, scale: float) -> tuple[list, list]:
+    """Client-measured latencies (trace ms) of the requests that arrive in a steady-state
+    window after t0: at least 150 requests and 6 batches (trace time), capped at 40 trace s.
+    A request still unserved a while after the window (a queue that does not drain) counts
+    with the time it has waited so far."""
+    span = min(40.0, max(150.0 / rate, 6.0 * b / rate)) * scale
+    time.sleep(span)
+    arrived = [a for a in client.arrivals_since(t0) if a <= t0 + span]
+    deadline = time.monotonic() + 4.0 * (b / rate + 0.5) * scale
+    while time.monotonic() < deadline:
+        served = {q.arrival: q for q in client.since(t0)}
+        if all(a in served for a in arrived):
+            break
+        time.sleep(0.02)
+    served = {q.arrival: q for q in client.since(t0)}
+    now = time.monotonic()
+    return [
+        ((served[a].end if a in served else now) - a) / scale * 1000.0 for a in arrived
+    ], [served[a] for a in arrived if a in served]
+
+
+def through_daemon(scale: float, max_pairs: int, quick: bool, daemon_log: str | None) -> None:
+    """The held-out inference workload (MobileNet v3 inference on Orin AGX; the daemon's prior
+    is fitted on ResNet-18 inference) through the real daemon on the emulated board: one job
+    moved across the grid (budget and rate changes through the client; a latency change is a
+    new registration of the same workload), plus fresh workloads. Each point: time to the
+    settled decision, then a steady-state window of client-measured request latencies and
+    the true in-batch power of the pairs that served them (trace)."""
     import tempfile
 
     from powerd.sim.gpu import Gpu, idle_power
     from powerd.sim.harness import EmulatedBoard
-    from powerd.sim.inference_job import load_batch_traces, run_inference_job
+    from powerd.sim.inference_job import InferenceClient, load_batch_traces
 
-    batches = load_batch_traces(INFER["resnet18"], batch_sizes=(4, 16, 32))
-    for rate, latency, budget in DAEMON_POINTS:
-        with tempfile.TemporaryDirectory(prefix="powerd-bench-", dir="/tmp") as d:
-            cfg = {"inference": {"max_pairs": max_pairs}, "profiling": {"min_steps": 3}}
-            eb = EmulatedBoard(
-                "orin-agx", batches[4], time_scale=scale, workdir=d, config=cfg
-            )
-            with eb:
-                gpu = Gpu(eb.emulator, idle_power(batches[4]), time_scale=scale)
-                seen: dict = {}
-                t0 = time.monotonic()
+    batches = load_batch_traces(INFER["mobilenetv3"])
+    g = D_QUICK if quick else dict(rates=D_RATES, latencies=D_LATENCIES, budgets=D_BUDGETS)
+    fresh = D_FRESH[:1] if quick else D_FRESH
+    rows: list[dict] = []
+    t_start = time.monotonic()
+    # tmpfs: the emulator writes its power files every few ms under its lock; on a disk
+    # shared with other jobs' I/O one write can stall for 100 ms, and every batch with it
+    shm = "/dev/shm" if os.path.isdir("/dev/shm") else None
+    with tempfile.TemporaryDirectory(prefix="powerd-bench-", dir=shm) as d:
+        cfg = {"inference": {"max_pairs": max_pairs}}
+        eb = EmulatedBoard(
+            "orin-agx", batches[1], time_scale=scale, workdir=d, config=cfg, daemon_log=daemon_log
+        )
+        with eb:
+            gpu = Gpu(eb.emulator, idle_power(batches[1]), time_scale=scale)
 
-                def on_batch(inf, run, seen=seen, eb=eb, t0=t0) -> None:
-                    if inf.phase in ("tuned", "idle") and "st" not in seen:
-                        seen["st"] = eb.status()
-                        seen["at"] = time.monotonic() - t0
-                        seen["skip"] = len(run.latencies_ms)
-
-                run = run_inference_job(
-                    gpu, batches, rate, duration_s=duration_s, budget_w=budget,
-                    latency_ms=latency, endpoint=eb.endpoint, wall_clock_goal=True,
-                    on_batch=on_batch,
+            def point(client, kind: str, workload: str, before: int | None) -> None:
+                rate, lat, budget = client.rate_hz, client.latency_ms, client.budget_w
+                t_change = time.monotonic()
+                got = _settle(eb, client, scale, budget, timeout_s=600 * scale)
+                goal = f"r={rate:g}/s L={lat if lat is not None else '-'} ms B={budget:g} W"
+                if got is None:
+                    print(f"  {kind:7s} {goal}: no decision in {600:g} trace s", flush=True)
+                    rows.append({"kind": kind, "decided": False})
+                    return
+                job, b = got["job"], got["job"]["batch_size"]
+                lats, reqs = _steady(client, got["at"], rate, b, scale)
+                p99 = float(np.percentile(lats, 99)) if lats else float("nan")
+                used = {(q.batch_size, q.mode) for q in reqs}
+                power = max(batches[bb].lookup(m).power_w for bb, m in used) if used else math.nan
+                o = oracle(batches, rate, lat, budget)
+                feasible = job["feasible"]
+                best = job.get("best_latency_ms")
+                row = {
+                    "kind": kind, "workload": workload, "decided": True, "rate": rate,
+                    "latency": lat, "budget": budget, "truth": o, "feasible_flag": feasible,
+                    "best_latency_ms": None if best is None else best / scale, "b": b,
+                    "p99": p99, "power": power, "pairs": job["pairs_profiled"],
+                    "new_pairs": None if before is None else job["pairs_profiled"] - before,
+                    "settle_s": (got["at"] - t_change) / scale, "switches": len(used),
+                }
+                row["lat_ok"] = lat is None or p99 <= 1.05 * lat
+                row["pow_ok"] = power <= budget + 0.5
+                rows.append(row)
+                ratio = (
+                    f"{power / o['power_w']:.3f}" if o["feasible"] and lat is not None else "-"
                 )
-                goal = f"r={rate:g}/s L={latency or '-'} ms B={budget:g} W"
-                if "st" not in seen:
-                    print(f"  {goal}: no decision within {duration_s:g} trace s")
-                    continue
-                job = seen["st"]["jobs"][0]
-                mode = seen["st"]["mode"]
-                b = job["batch_size"]
-                truth = batches[b].lookup(PowerMode(**mode))
-                p99 = run.p99_ms(skip=seen["skip"])
-                opt = _oracle(batches, rate, latency, budget)
-                ratio = f"{truth.power_w / opt[2].power_w:.3f}" if opt and latency else "-"
-                within = "within" if truth.power_w <= budget + 0.5 else "OVER"
+                flag = (
+                    f"feasible={feasible}"
+                    if feasible
+                    else f"feasible={feasible} best_latency {row['best_latency_ms']:.0f} ms "
+                    f"(trace best {o['best_latency_ms'] or float('nan'):.0f})"
+                )
                 print(
-                    f"  {goal}: feasible={job['feasible']} (truth: {opt is not None}) b={b}, "
-                    f"true power {truth.power_w:.2f} W ({within}), power/optimal {ratio}, "
-                    f"client p99 {p99:.0f} ms once decided, {job['pairs_profiled']} pairs, "
-                    f"decided after {seen['at'] / scale:.0f} trace s ({seen['at']:.1f} s wall)"
+                    f"  {kind:7s} {goal} [truth {'feasible' if o['feasible'] else 'INFEASIBLE'}]"
+                    f": {flag}, b={b}, p99 {p99:.0f} ms ({len(lats)} req, "
+                    f"{'ok' if row['lat_ok'] else 'MISS'}), true power {power:.2f} W "
+                    f"({'ok' if row['pow_ok'] else 'OVER'}), /optimal {ratio}, pairs "
+                    f"{job['pairs_profiled']}"
+                    + ("" if row["new_pairs"] is None else f" (+{row['new_pairs']})")
+                    + f", settled {row['settle_s']:.1f} trace s "
+                    f"[{time.monotonic() - t_start:.0f} s]",
+                    flush=True,
                 )
+
+            sizes = {b: t for b, t in batches.items()}
+            for i, (rate, lat, budget) in enumerate(fresh):
+                name = f"mobilenetv3-infer-{i}"
+                with InferenceClient(
+                    gpu, sizes, rate, budget_w=budget, latency_ms=lat, workload=name,
+                    endpoint=eb.endpoint, seed=i,
+                ) as client:
+                    point(client, "fresh", name, None)
+                    if i:
+                        continue
+                    # the first workload moves through the grid: latency, then budget, then rate
+                    for lat in g["latencies"]:
+                        if lat != client.latency_ms:
+                            before = rows[-1].get("pairs")
+                            client.set_latency(lat)
+                            point(client, "latency", name, before)
+                        for budget in g["budgets"]:
+                            if budget != client.budget_w:
+                                before = rows[-1].get("pairs")
+                                client.set_budget(budget)
+                                point(client, "budget", name, before)
+                            for rate in g["rates"]:
+                                if rate != client.rate_hz:
+                                    before = rows[-1].get("pairs")
+                                    client.set_rate(rate)
+                                    point(client, "rate", name, before)
+    _daemon_summary(rows, time.monotonic() - t_start)
+
+
+def _daemon_summary(rows: list[dict], wall_s: float) -> None:
+    ok = [r for r in rows if r["decided"]]
+    feas = [r for r in ok if r["truth"]["feasible"]]
+    infeas = [r for r in ok if not r["truth"]["feasible"]]
+    meet = [r["lat_ok"] and r["pow_ok"] for r in feas]
+    ratios = [r["power"] / r["truth"]["power_w"] for r in feas if r["latency"] is not None]
+    no_l = [r["p99"] / r["truth"]["latency_ms"] for r in feas if r["latency"] is None]
+    fresh = [r for r in ok if r["kind"] == "fresh"]
+    rate = [r for r in ok if r["kind"] == "rate"]
+    flagged = [r for r in infeas if r["feasible_flag"] is False]
+    best = [
+        r["best_latency_ms"] / r["truth"]["best_latency_ms"]
+        for r in flagged
+        if r["best_latency_ms"] and r["truth"]["best_latency_ms"]
+    ]
+    print(
+        f"  points {len(rows)} ({len(rows) - len(ok)} undecided), feasible {len(feas)}, "
+        f"infeasible {len(infeas)}"
+    )
+    print(
+        f"  feasible points meeting latency (client p99 <= 1.05 L) and power (true <= B+0.5 W): "
+        f"{pct(100 * np.mean(meet)) if meet else '-'} ({sum(meet)}/{len(meet)})"
+    )
+    print(
+        f"  all points within the power budget: {pct(100 * np.mean([r['pow_ok'] for r in ok]))}"
+        f" ({sum(r['pow_ok'] for r in ok)}/{len(ok)})"
+    )
+    if ratios:
+        print(
+            f"  median true power / optimal pair's (feasible, with L): {np.median(ratios):.3f} "
+            f"(max {max(ratios):.3f}, n={len(ratios)})"
+        )
+    if no_l:
+        print(f"  without L: client p99 / the trace's least latency under B: median "
+              f"{np.median(no_l):.3f} (n={len(no_l)})")
+    print(
+        f"  pairs profiled per new workload: {[r['pairs'] for r in fresh]}; by the end of the "
+        f"moving job: {max(r['pairs'] for r in ok)}\n"
+        f"  rate changes: {len(rate)}, re-solved with no new pair "
+        f"{sum(r['new_pairs'] == 0 for r in rate)}, new pairs max "
+        f"{max((r['new_pairs'] for r in rate), default=0)}\n"
+        f"  time to a settled decision (trace s): fresh {[round(r['settle_s']) for r in fresh]}; "
+        f"changes median {np.median([r['settle_s'] for r in ok if r['kind'] != 'fresh']):.1f} "
+        f"max {max(r['settle_s'] for r in ok if r['kind'] != 'fresh'):.1f}\n"
+        f"  infeasible points flagged feasible=False: {len(flagged)}/{len(infeas)}; their "
+        f"best_latency_ms / the trace's least latency under B: "
+        f"{', '.join(f'{x:.2f}' for x in best) or '-'}\n"
+        f"  wall time {wall_s:.0f} s"
+    )
 
 
 def main() -> None:
@@ -358,16 +524,18 @@ def main() -> None:
     ap.add_argument("--scale", type=float, default=0.5, help="emulated GPU time scale")
     ap.add_argument(
         "--daemon",
-        type=float,
-        default=0.0,
-        metavar="S",
-        help="only: inference alone through the real daemon, S trace seconds per point",
+        action="store_true",
+        help="only: the held-out inference grid through the real daemon",
     )
-    ap.add_argument("--max-pairs", type=int, default=12, help="with --daemon")
+    ap.add_argument("--max-pairs", type=int, default=30, help="with --daemon")
+    ap.add_argument("--daemon-log", help="with --daemon: keep the daemon's log in this file")
     args = ap.parse_args()
-    if args.daemon > 0:
-        print("inference alone through the real daemon (emulated Orin AGX):")
-        through_daemon(args.daemon, args.scale, args.max_pairs)
+    if args.daemon:
+        print(
+            f"held-out MobileNet v3 inference through the real daemon (emulated Orin AGX, "
+            f"time scale {args.scale:g}, max_pairs {args.max_pairs}):"
+        )
+        through_daemon(args.scale, args.max_pairs, args.quick, args.daemon_log)
         return
     methods = ("infer-ref", "train-head") if args.compare_priors else ("infer-ref",)
     for method in methods:
