@@ -25,6 +25,7 @@ import argparse
 import itertools
 import math
 import os
+import re
 import time
 
 import numpy as np
@@ -330,13 +331,26 @@ def _settle(eb, client, scale: float, budget: float, timeout_s: float) -> dict |
     return None
 
 
-def _steady(client, t0: float, rate: float, b: int, scale: float) -> tuple[list, list]:
+def _steady(client, t0: float, rate: float, b: int, scale: float) -> tuple[list, list, float]:
     """Client-measured latencies (trace ms) of the requests that arrive in a steady-state
     window after t0: at least 150 requests and 6 batches (trace time), capped at 40 trace s.
     A request still unserved a while after the window (a queue that does not drain) counts
     with the time it has waited so far."""
+    # the client learns a new batch size from its next state update: the window opens at
+    # the end of its first batch of size b after the decision
+    limit = time.monotonic() + (4.0 * b / rate + 2.0) * scale + 1.0
+    while time.monotonic() < limit:
+        first = next((q for q in client.since(t0) if q.batch_size == b), None)
+        if first is not None:
+            t0 = max(t0, first.end)
+            break
+        time.sleep(0.02)
     span = min(40.0, max(150.0 / rate, 6.0 * b / rate)) * scale
-    time.sleep(span)
+    time.sleep(max(0.0, t0 + span - time.monotonic()))
+    # the client logs arrivals when its loop runs: wait until it has logged the window's
+    t1 = time.monotonic() + 4.0 * (b / rate + 0.5) * scale
+    while time.monotonic() < t1 and not any(a > t0 + span for a in client.arrivals[-8:]):
+        time.sleep(0.02)
     arrived = [a for a in client.arrivals_since(t0) if a <= t0 + span]
     deadline = time.monotonic() + 4.0 * (b / rate + 0.5) * scale
     while time.monotonic() < deadline:
@@ -346,9 +360,8 @@ def _steady(client, t0: float, rate: float, b: int, scale: float) -> tuple[list,
         time.sleep(0.02)
     served = {q.arrival: q for q in client.since(t0)}
     now = time.monotonic()
-    return [
-        ((served[a].end if a in served else now) - a) / scale * 1000.0 for a in arrived
-    ], [served[a] for a in arrived if a in served]
+    lats = [((served[a].end if a in served else now) - a) / scale * 1000.0 for a in arrived]
+    return lats, [served[a] for a in arrived if a in served], t0
 
 
 def through_daemon(scale: float, max_pairs: int, quick: bool, daemon_log: str | None) -> None:
@@ -390,7 +403,7 @@ def through_daemon(scale: float, max_pairs: int, quick: bool, daemon_log: str | 
                     rows.append({"kind": kind, "decided": False})
                     return
                 job, b = got["job"], got["job"]["batch_size"]
-                lats, reqs = _steady(client, got["at"], rate, b, scale)
+                lats, reqs, _ = _steady(client, got["at"], rate, b, scale)
                 p99 = float(np.percentile(lats, 99)) if lats else float("nan")
                 used = {(q.batch_size, q.mode) for q in reqs}
                 power = max(batches[bb].lookup(m).power_w for bb, m in used) if used else math.nan
@@ -509,6 +522,284 @@ def _daemon_summary(rows: list[dict], wall_s: float) -> None:
     )
 
 
+# ---- interleaved training + inference through the daemon ---------------------------------
+
+IL_DAEMON_BUDGET = 25.0
+IL_DAEMON_POINTS = ((5.0, 1000.0), (10.0, 1000.0), (2.0, 3000.0))  # (rate /s, latency ms)
+
+
+class _Trainer:
+    """An emulated training job through the real client, on the emulated GPU, until stopped:
+    the time of every step's end (time.monotonic())."""
+
+    def __init__(self, gpu, trace: Trace, budget_w: float, workload: str, endpoint: str):
+        import threading
+
+        from powerd.sim.job import gpu_power
+
+        self.gpu, self.trace, self.ends = gpu, trace, []
+        self.job = None
+        self._stop = threading.Event()
+        self._power = gpu_power(trace)
+        self._req = dict(budget_w=budget_w, workload=workload, endpoint=endpoint)
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self) -> _Trainer:
+        import powerd
+
+        self.job = powerd.request(**self._req)
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        import random
+
+        rng = random.Random(1)
+        while not self._stop.is_set():
+            jitter = max(0.5, rng.gauss(1.0, 0.02))
+            self.gpu.run("training", lambda m: self.trace.lookup(m).time_ms, self._power, jitter)
+            self.job.step()
+            self.ends.append(time.monotonic())
+
+    def steps_between(self, t0: float, t1: float) -> int:
+        return sum(t0 < e <= t1 for e in self.ends)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(30)
+        self.job.close()
+
+
+def _il_best(train: Trace, infer: dict, modes, rate: float, latency: float | None, budget: float):
+    """Brute force over the board's modes and batch sizes: the largest work-conserving bound
+    (1 - r t_inf / b) / t_tr (steps/s) among pairs meeting power max(P_tr, P_inf) <= B, drain
+    t_inf <= 0.9 b/r, a cycle with room for a step (t_inf + t_tr <= b/r) and latency
+    (b-1)/r + t_tr + t_inf <= L."""
+    best = None
+    for m in modes:
+        tr = train.lookup(m)
+        for b, bt in infer.items():
+            row = bt.lookup(m)
+            cyc = b * 1000.0 / rate
+            if max(tr.power_w, row.power_w) > budget or row.time_ms > 0.9 * cyc:
+                continue
+            if row.time_ms + tr.time_ms > cyc:
+                continue
+            if latency is not None and (b - 1) * 1000.0 / rate + tr.time_ms + row.time_ms > latency:
+                continue
+            bound = (1 - rate * row.time_ms / 1000.0 / b) / (tr.time_ms / 1000.0)
+            if best is None or bound > best[0]:
+                best = (bound, m, b)
+    return best
+
+
+def _bound(train: Trace, infer: dict, mode, b: int, rate: float) -> float:
+    t_inf = infer[b].lookup(mode).time_ms / 1000.0
+    return (1 - rate * t_inf / b) / (train.lookup(mode).time_ms / 1000.0)
+
+
+def _wait_status(eb, pred, timeout_s: float, period_s: float = 0.05):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        st = eb.status()
+        if pred(st):
+            return st, time.monotonic()
+        time.sleep(period_s)
+    return None, time.monotonic()
+
+
+def _steps_per_s(trainer: _Trainer, t0: float, t1: float, scale: float) -> float:
+    return trainer.steps_between(t0, t1) / ((t1 - t0) / scale)
+
+
+def _hiccup(trainer: _Trainer, t0: float, t1: float, scale: float) -> float:
+    """The longest gap between training steps in [t0, t1], trace ms."""
+    ends = [e for e in trainer.ends if t0 - 5 <= e <= t1]
+    gaps = [b - a for a, b in zip(ends, ends[1:], strict=False) if b >= t0]
+    return max(gaps) / scale * 1000.0 if gaps else float("nan")
+
+
+def interleaved_daemon(scale: float, max_pairs: int, modes: int, daemon_log: str | None) -> None:
+    """MobileNet v3 training with each inference workload through the real daemon: the
+    training job tuned alone, the inference job joins (the switch: join to the interleaved
+    mode pinned, the longest training step gap), each (rate, latency) point measured in
+    steady state (training steps/s vs the work-conserving bound at the chosen pair and at the
+    best pair under the budget, client p99, true power), then the inference job leaves (the
+    switch back, the training job's mode vs its alone decision and the best under B)."""
+    import tempfile
+
+    from powerd.modes import PowerMode
+    from powerd.sim.gpu import Gpu, idle_power
+    from powerd.sim.harness import EmulatedBoard
+    from powerd.sim.inference_job import InferenceClient, load_batch_traces
+
+    train = Trace.load(TRAIN)
+    budget = IL_DAEMON_BUDGET
+    shares_own, shares_best = [], []
+    for name, path in (("mobilenetv3", INFER["mobilenetv3"]), ("resnet18", INFER["resnet18"])):
+        infer = load_batch_traces(path, batch_sizes=(1, 4, 16))
+        board_modes = [r.mode for r in infer[1].rows]
+        shm = "/dev/shm" if os.path.isdir("/dev/shm") else None
+        t_start = time.monotonic()
+        held = "held out" if name == "mobilenetv3" else "in-sample inference prior"
+        print(f"  mobilenetv3-train + {name}-infer ({held}), B={budget:g} W:", flush=True)
+        with tempfile.TemporaryDirectory(prefix="powerd-il-", dir=shm) as d:
+            cfg = {"inference": {"max_pairs": max_pairs}, "profiling": {"modes": modes}}
+            eb = EmulatedBoard(
+                "orin-agx", infer[1], time_scale=scale, workdir=d, config=cfg,
+                strategy="powertrain", daemon_log=daemon_log,
+            )
+            with eb:
+                gpu = Gpu(eb.emulator, idle_power(infer[1]), time_scale=scale)
+                trainer = _Trainer(gpu, train, budget, f"mobilenetv3-train-{name}", eb.endpoint)
+                trainer.start()
+                tid = trainer.job.id
+
+                def train_tuned(st, tid=tid):
+                    j = _job_of(st, tid)
+                    return st["planner"] == "training" and j is not None and j["phase"] == "tuned"
+
+                st, t_alone = _wait_status(eb, train_tuned, 600 * scale)
+                if st is None:
+                    print("    training never tuned", flush=True)
+                    trainer.stop()
+                    continue
+                alone = PowerMode(**st["mode"])
+                best_m = min(
+                    (m for m in board_modes if train.lookup(m).power_w <= budget),
+                    key=lambda m: train.lookup(m).time_ms,
+                )
+                t_best, t_alone_ms = train.lookup(best_m).time_ms, train.lookup(alone).time_ms
+                time.sleep(10 * scale)
+                alone_sps = _steps_per_s(trainer, t_alone, time.monotonic(), scale)
+                print(
+                    f"    training alone: tuned after {(t_alone - t_start) / scale:.0f} trace s, "
+                    f"{_job_of(st, tid)['profiled_modes']} modes profiled; {alone} true "
+                    f"{t_alone_ms:.1f} ms/step vs best under B {t_best:.1f} ms "
+                    f"(decision quality {t_best / t_alone_ms:.3f}); measured {alone_sps:.2f} "
+                    f"steps/s vs trace {1000 / t_alone_ms:.2f}",
+                    flush=True,
+                )
+                client = None
+                for i, (rate, lat) in enumerate(IL_DAEMON_POINTS):
+                    t0 = time.monotonic()
+                    if client is None:
+                        client = InferenceClient(
+                            gpu, infer, rate, budget_w=budget, latency_ms=lat,
+                            workload=f"{name}-infer", endpoint=eb.endpoint,
+                        ).start()
+                    else:
+                        if lat != client.latency_ms:
+                            client.set_latency(lat)
+                        client.set_rate(rate)
+                    want = rate / scale
+
+                    def il_tuned(st, client=client, want=want):
+                        j = _job_of(st, client.job_id)
+                        pl = st["tuner"] or {}
+                        return (
+                            st["planner"] == "interleave"
+                            and pl.get("state") == "tuned"
+                            and j is not None
+                            and j.get("rate_hz") is not None
+                            and abs(j["rate_hz"] - want) <= 1e-6 * want
+                        )
+
+                    if i == 0:
+                        # the switch: join -> the first interleaved mode pinned
+                        st1, t_first = _wait_status(
+                            eb, lambda st, alone=alone: st["planner"] == "interleave"
+                            and st["mode"] is not None and PowerMode(**st["mode"]) != alone,
+                            60 * scale, period_s=0.01,
+                        )
+                    st, t_set = _wait_status(eb, il_tuned, 600 * scale)
+                    if st is None:
+                        print(f"    r={rate:g}/s L={lat:g} ms: no decision", flush=True)
+                        continue
+                    mode = PowerMode(**st["mode"])
+                    ij = _job_of(st, client.job_id)
+                    b = ij["batch_size"]
+                    t_w = time.monotonic()
+                    lats, reqs, t_w = _steady(client, t_w, rate, b, scale)
+                    t_w1 = time.monotonic()
+                    sps = _steps_per_s(trainer, t_w, t_w1, scale)
+                    p99 = float(np.percentile(lats, 99)) if lats else float("nan")
+                    used = {(q.batch_size, q.mode) for q in reqs}
+                    p_true = max(
+                        max(infer[bb].lookup(m).power_w, train.lookup(m).power_w)
+                        for bb, m in used
+                    ) if used else math.nan
+                    own = _bound(train, infer, mode, b, rate)
+                    best = _il_best(train, infer, board_modes, rate, lat, budget)
+                    s_own = sps / own
+                    s_best = sps / best[0] if best else math.nan
+                    shares_own.append(s_own)
+                    if best:
+                        shares_best.append(s_best)
+                    join = ""
+                    if i == 0:
+                        join = (
+                            f"; join->interleaved mode {(t_first - t0) * 1000:.0f} ms wall, "
+                            f"->settled {(t_set - t0) / scale:.0f} trace s, longest training "
+                            f"step gap at the join {_hiccup(trainer, t0, t0 + 2.0, scale):.0f} "
+                            f"ms vs {t_alone_ms:.0f}"
+                            if st1 is not None
+                            else "; interleaved mode never seen"
+                        )
+                    print(
+                        f"    r={rate:g}/s L={lat:g} ms: {mode} b={b} "
+                        f"({(st['tuner'] or {}).get('joint_probes')} joint probes): training "
+                        f"{sps:.2f} steps/s = {s_own:.3f} of the bound at this pair "
+                        f"({own:.2f}), {s_best:.3f} of the best pair's under B "
+                        f"({best[0] if best else float('nan'):.2f}); inference p99 {p99:.0f} ms "
+                        f"vs L {lat:g} ({'ok' if p99 <= 1.05 * lat else 'MISS'}), feasible="
+                        f"{ij['feasible']}; true max power {p_true:.2f} W "
+                        f"({'ok' if p_true <= budget + 0.5 else 'OVER'}){join}",
+                        flush=True,
+                    )
+                # the inference job leaves
+                marker = eb.daemon_log.read_text().count("\n")
+                t_leave = time.monotonic()
+                client.stop()
+                st, t_back = _wait_status(
+                    eb,
+                    lambda st, alone=alone: train_tuned(st) and PowerMode(**st["mode"]) == alone,
+                    60 * scale, period_s=0.01,
+                )
+                st_any, _ = _wait_status(eb, train_tuned, 60 * scale)
+                back = None if st_any is None else PowerMode(**st_any["mode"])
+                time.sleep(10 * scale)
+                t_end = time.monotonic()
+                sps = _steps_per_s(trainer, t_end - 8 * scale, t_end, scale)
+                log_tail = eb.daemon_log.read_text().splitlines()[marker:]
+                pat = r"tuner: measured|measured .* b=\d+|interleaved probe"
+                reprof = [ln for ln in log_tail if re.search(pat, ln)]
+                t_back_ms = train.lookup(back).time_ms if back else math.nan
+                print(
+                    f"    inference left: back to {back} "
+                    f"({'the alone decision' if back == alone else 'NOT the alone decision'}) "
+                    + (
+                        f"{(t_back - t_leave) * 1000:.0f} ms wall after close"
+                        if st is not None
+                        else "(not the alone mode)"
+                    )
+                    + f", longest training step gap "
+                    f"{_hiccup(trainer, t_leave, t_leave + 2.0, scale):.0f} ms; training "
+                    f"{sps:.2f} steps/s measured, true {t_back_ms:.1f} ms/step = "
+                    f"{t_best / t_back_ms:.3f} of the best mode under B (measured "
+                    f"{sps * t_best / 1000:.3f}); re-profiling log lines: {len(reprof)}",
+                    flush=True,
+                )
+                trainer.stop()
+        print(f"    ({time.monotonic() - t_start:.0f} s)", flush=True)
+    if shares_own:
+        print(
+            f"  training steps/s / bound at the chosen pair: mean {np.mean(shares_own):.3f} min "
+            f"{np.min(shares_own):.3f}; / the best pair's bound under B: mean "
+            f"{np.mean(shares_best):.3f} min {np.min(shares_best):.3f} (n={len(shares_own)})"
+        )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--compare-priors", action="store_true", help="also run train-head")
@@ -529,7 +820,21 @@ def main() -> None:
     )
     ap.add_argument("--max-pairs", type=int, default=30, help="with --daemon")
     ap.add_argument("--daemon-log", help="with --daemon: keep the daemon's log in this file")
+    ap.add_argument(
+        "--daemon-interleave",
+        action="store_true",
+        help="only: training + inference through the real daemon (join, points, leave)",
+    )
+    ap.add_argument("--train-modes", type=int, default=30, help="with --daemon-interleave")
     args = ap.parse_args()
+    if args.daemon_interleave:
+        print(
+            f"interleaved training + inference through the real daemon (emulated Orin AGX, "
+            f"time scale {args.scale:g}, training modes {args.train_modes}, joint probes "
+            f"<= {args.max_pairs}):"
+        )
+        interleaved_daemon(args.scale, args.max_pairs, args.train_modes, args.daemon_log)
+        return
     if args.daemon:
         print(
             f"held-out MobileNet v3 inference through the real daemon (emulated Orin AGX, "
