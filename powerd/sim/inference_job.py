@@ -185,6 +185,7 @@ class InferenceClient:
         self.rng = random.Random(seed)
         self.requests: list[Request] = []
         self.arrivals: list[float] = []
+        self.backlog = 0  # requests waiting for a batch, as of the loop's last turn
         self.job_id: str | None = None
         self.error: BaseException | None = None
         self._todo: collections.deque = collections.deque()
@@ -302,6 +303,7 @@ class InferenceClient:
                         next_arrival, slot + period * self.rng.gauss(0.0, self.arrival_jitter)
                     )
                 b = inf.batch_size
+                self.backlog = len(pending)
                 if len(pending) < b:
                     wake = next_arrival + (b - len(pending) - 1) * period
                     time.sleep(min(0.05, max(0.0, wake - time.monotonic())))
