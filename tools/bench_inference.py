@@ -273,7 +273,7 @@ def emulated(duration_s: float, scale: float) -> None:
 D_RATES = (30.0, 100.0, 250.0)
 D_LATENCIES = (400.0, 100.0, None)
 D_BUDGETS = (20.0, 15.0, 25.0)
-D_FRESH = ((30.0, 400.0, 20.0), (100.0, 100.0, 17.0), (250.0, None, 25.0))
+D_FRESH = ((30.0, 400.0, 20.0), (250.0, None, 25.0))
 D_QUICK = dict(rates=(30.0, 250.0), latencies=(400.0, None), budgets=(20.0, 15.0))
 
 
@@ -426,11 +426,13 @@ def through_daemon(scale: float, max_pairs: int, quick: bool, daemon_log: str | 
                     "new_pairs": None if before is None else job["pairs_profiled"] - before,
                     "settle_s": (got["at"] - t_change) / scale, "switches": len(used),
                 }
-                row["lat_ok"] = lat is None or p99 <= 1.05 * lat
                 row["pow_ok"] = power <= budget + 0.5
                 # the decision on the trace's noise-free values: does the served pair fit?
                 tv = batches[b].lookup(PowerMode(**got["mode"]))
                 true_lat = (b - 1) * 1000.0 / rate + tv.time_ms
+                # without a target, latency counts as met when the queue drains: the client
+                # p99 within 2x the served pair's worst case (a growing queue is far above)
+                row["lat_ok"] = p99 <= (1.05 * lat if lat is not None else 2.0 * true_lat)
                 row["pair_fits"] = (
                     tv.time_ms <= 0.9 * b * 1000.0 / rate
                     and tv.power_w <= budget + 0.5
@@ -509,7 +511,8 @@ def _daemon_summary(rows: list[dict], wall_s: float) -> None:
         f"infeasible {len(infeas)}"
     )
     print(
-        f"  feasible points meeting latency (client p99 <= 1.05 L) and power (true <= B+0.5 W): "
+        f"  feasible points meeting latency (client p99 <= 1.05 L; no L: the queue drains) and "
+        f"power (true <= B+0.5 W): "
         f"{pct(100 * np.mean(meet)) if meet else '-'} ({sum(meet)}/{len(meet)})"
     )
     fits = [r["pair_fits"] for r in feas]
@@ -747,6 +750,14 @@ def interleaved_daemon(scale: float, max_pairs: int, modes: int, daemon_log: str
                     lats, reqs, t_w = _steady(client, t_w, rate, b, scale)
                     t_w1 = time.monotonic()
                     sps = _steps_per_s(trainer, t_w, t_w1, scale)
+                    # GPU time not used by either job: gate round trips and the emulated
+                    # jobs' own loops (a perfect work-conserving schedule leaves none)
+                    busy = sum(
+                        min(sl.end, t_w1) - max(sl.start, t_w)
+                        for sl in list(gpu.log)
+                        if sl.end > t_w and sl.start < t_w1
+                    )
+                    idle = 1.0 - busy / (t_w1 - t_w)
                     p99 = float(np.percentile(lats, 99)) if lats else float("nan")
                     used = {(q.batch_size, q.mode) for q in reqs}
                     p_true = max(
@@ -775,7 +786,8 @@ def interleaved_daemon(scale: float, max_pairs: int, modes: int, daemon_log: str
                         f"({(st['tuner'] or {}).get('joint_probes')} joint probes): training "
                         f"{sps:.2f} steps/s = {s_own:.3f} of the bound at this pair "
                         f"({own:.2f}), {s_best:.3f} of the best pair's under B "
-                        f"({best[0] if best else float('nan'):.2f}); inference p99 {p99:.0f} ms "
+                        f"({best[0] if best else float('nan'):.2f}), GPU idle {100 * idle:.1f} %; "
+                        f"inference p99 {p99:.0f} ms "
                         f"vs L {lat:g} ({'ok' if p99 <= 1.05 * lat else 'MISS'}), feasible="
                         f"{ij['feasible']}; true max power {p_true:.2f} W "
                         f"({'ok' if p_true <= budget + 0.5 else 'OVER'}){join}",
