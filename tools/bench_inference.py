@@ -431,8 +431,10 @@ def through_daemon(scale: float, max_pairs: int, quick: bool, daemon_log: str | 
                 tv = batches[b].lookup(PowerMode(**got["mode"]))
                 true_lat = (b - 1) * 1000.0 / rate + tv.time_ms
                 # without a target, latency counts as met when the queue drains: the client
-                # p99 within 2x the served pair's worst case (a growing queue is far above)
-                row["lat_ok"] = p99 <= (1.05 * lat if lat is not None else 2.0 * true_lat)
+                # p99 within 2x the served pair's worst case + 100 ms (timing noise of short
+                # batches); a queue that grows is seconds above
+                drains = 2.0 * true_lat + 100.0
+                row["lat_ok"] = p99 <= (1.05 * lat if lat is not None else drains)
                 row["pair_fits"] = (
                     tv.time_ms <= 0.9 * b * 1000.0 / rate
                     and tv.power_w <= budget + 0.5
