@@ -159,6 +159,14 @@ def interleaved(quick: bool) -> None:
             strategy, b, base, measurer, lambda s: fit_workload(s, ref, method="ridge")
         )
         alone[b] = commit.mode
+    # "after leaving" below is this decision by construction: training decision quality
+    print(
+        "  the training tuner's decision per budget / the trace's best mode under it: "
+        + ", ".join(
+            f"{b:g} W {train.best_under(b).time_ms / train.lookup(alone[b]).time_ms:.3f}"
+            for b in IL_BUDGETS
+        )
+    )
     fitted = {}
 
     def train_fitter(samples):
@@ -843,6 +851,7 @@ def main() -> None:
     ap.add_argument("--compare-priors", action="store_true", help="also run train-head")
     ap.add_argument("--quick", action="store_true", help="every other rate")
     ap.add_argument("--no-interleave", action="store_true")
+    ap.add_argument("--interleave-only", action="store_true", help="only the interleaved replay")
     ap.add_argument(
         "--emulate",
         type=float,
@@ -881,7 +890,7 @@ def main() -> None:
         through_daemon(args.scale, args.max_pairs, args.quick, args.daemon_log)
         return
     methods = ("infer-ref", "train-head") if args.compare_priors else ("infer-ref",)
-    for method in methods:
+    for method in () if args.interleave_only else methods:
         print(f"inference alone, prior {method} (planner replay, not yet through the daemon):")
         inference_alone(method, args.quick)
     if not args.no_interleave:
