@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
-"""Planner-level benchmark of inference and interleaved training + inference (not yet through
-the daemon): replays the visible inference traces through powerd.optimize.inference /
-interleave with emulator-like measurement noise, over grids of rates, latency targets and
-budgets that include infeasible points.
+"""Benchmark of inference and interleaved training + inference: planner replays of the visible
+inference traces through powerd.optimize.inference / interleave with emulator-like
+measurement noise, over grids of rates, latency targets and budgets that include infeasible
+points; and the same questions through the real daemon on the emulated board.
 
-    tools/bench_inference.py [--compare-priors] [--quick]
-    tools/bench_inference.py --daemon 250 --scale 0.2   # a few points through the real daemon
+    tools/bench_inference.py [--compare-priors] [--quick] [--interleave-only]
+    tools/bench_inference.py --daemon --scale 0.5      # held-out grid through the daemon (~5 min)
+    tools/bench_inference.py --daemon-interleave --scale 0.5 --max-pairs 12   # join/leave (~4 min)
 
 Inference alone: each grid point is a new workload (fresh samples). The transfer prior
 is the inference reference (models/inference_reference.json, fitted on ResNet-18 inference),
