@@ -387,9 +387,11 @@ class InferenceJobsPlanner:
         if served.feasible:
             return JobView("tuned", "", True, b, batch_size=size)
         g = job.session.goal
+        # without a latency target, infeasible means that no queue drains within the budget
+        what = "a queue that drains" if g.latency_ms is None else f"latency {g.latency_ms:g} ms"
         return JobView(
             "tuned",
-            f"latency {g.latency_ms:g} ms cannot be met under {g.budget_w:g} W at "
+            f"{what} cannot be met under {g.budget_w:g} W at "
             f"{g.rate_hz:g}/s: serving with the best, {served.latency_ms:.1f} ms",
             False,
             b,

@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
-"""Planner-level benchmark of inference and interleaved training + inference (not yet through
-the daemon): replays the visible inference traces through powerd.optimize.inference /
-interleave with emulator-like measurement noise, over grids of rates, latency targets and
-budgets that include infeasible points.
+"""Benchmark of inference and interleaved training + inference: planner replays of the visible
+inference traces through powerd.optimize.inference / interleave with emulator-like
+measurement noise, over grids of rates, latency targets and budgets that include infeasible
+points; and the same questions through the real daemon on the emulated board.
 
-    tools/bench_inference.py [--compare-priors] [--quick]
-    tools/bench_inference.py --daemon 250 --scale 0.2   # a few points through the real daemon
+    tools/bench_inference.py [--compare-priors] [--quick] [--interleave-only]
+    tools/bench_inference.py --daemon --scale 0.5      # held-out grid through the daemon (~5 min)
+    tools/bench_inference.py --daemon-interleave --scale 0.5 --max-pairs 12   # join/leave (~4 min)
 
 Inference alone: each grid point is a new workload (fresh samples). The transfer prior
 is the inference reference (models/inference_reference.json, fitted on ResNet-18 inference),
@@ -23,6 +24,9 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import math
+import os
+import re
 import time
 
 import numpy as np
@@ -156,6 +160,14 @@ def interleaved(quick: bool) -> None:
             strategy, b, base, measurer, lambda s: fit_workload(s, ref, method="ridge")
         )
         alone[b] = commit.mode
+    # "after leaving" below is this decision by construction: training decision quality
+    print(
+        "  the training tuner's decision per budget / the trace's best mode under it: "
+        + ", ".join(
+            f"{b:g} W {train.best_under(b).time_ms / train.lookup(alone[b]).time_ms:.3f}"
+            for b in IL_BUDGETS
+        )
+    )
     fitted = {}
 
     def train_fitter(samples):
@@ -265,82 +277,574 @@ def emulated(duration_s: float, scale: float) -> None:
                 )
 
 
-DAEMON_POINTS = (  # (rate /s, latency ms or None, budget W), trace units
-    (5.0, 4000.0, 20.0),
-    (10.0, 2500.0, 17.0),
-    (5.0, None, 20.0),
-    (10.0, 30.0, 20.0),  # infeasible: below any batch time
-)
+# The grid through the daemon (trace units): every (latency, budget, rate) of one job that
+# changes its goal, plus the first goal of a few fresh workloads (fresh profiling).
+D_RATES = (30.0, 100.0, 250.0)
+D_LATENCIES = (400.0, 100.0, None)
+D_BUDGETS = (20.0, 15.0, 25.0)
+D_FRESH = ((30.0, 400.0, 20.0), (250.0, None, 25.0))
+D_QUICK = dict(rates=(30.0, 250.0), latencies=(400.0, None), budgets=(20.0, 15.0))
 
 
-def _oracle(batches: dict, rate: float, latency: float | None, budget: float):
-    """The trace's best pair for the goal: (power, b, mode) of the least-power fit pair, or
-    of the least latency under the budget without a target; None when none fits."""
-    best = None
+def oracle(batches: dict, rate: float, latency: float | None, budget: float) -> dict:
+    """Brute force over the trace for the goal: the least-power pair meeting latency, drain
+    and budget (the least latency under the budget without a target), and the least
+    worst-case latency of any pair that drains within the budget (what an infeasible point
+    should be served with)."""
+    best, best_lat = None, None
     for b, tr in batches.items():
         for row in tr.rows:
             lat = (b - 1) * 1000.0 / rate + row.time_ms
             if row.power_w > budget or row.time_ms > 0.9 * b * 1000.0 / rate:
                 continue
+            best_lat = lat if best_lat is None else min(best_lat, lat)
             if latency is not None and lat > latency:
                 continue
             key = (row.power_w, lat) if latency is not None else (lat, row.power_w)
             if best is None or key < best[0]:
                 best = (key, b, row)
-    return best
+    return {
+        "feasible": best is not None,
+        "power_w": None if best is None else best[2].power_w,
+        "latency_ms": None if best is None else best[0][0 if latency is None else 1],
+        "b": None if best is None else best[1],
+        "best_latency_ms": best_lat,
+    }
 
 
-def through_daemon(duration_s: float, scale: float, max_pairs: int) -> None:
-    """Inference alone through the real daemon on the emulated Orin AGX, one new workload per
-    point: what it served (judged on the trace's truth), the client-measured p99 once tuned,
-    pairs profiled and time to the decision."""
+def _job_of(st: dict, job_id: str | None) -> dict | None:
+    return next((j for j in st["jobs"] if j["id"] == job_id), None)
+
+
+def _settle(eb, client, scale: float, budget: float, timeout_s: float) -> dict | None:
+    """Poll status until the job's phase is tuned (or idle: nothing within the budget) for
+    the goal just set; the decision does not change after that (the planner re-derives the
+    same answer from the same samples). Returns the status of the job then."""
+    deadline = time.monotonic() + timeout_s
+    want_rate = client.rate_hz / scale
+    while time.monotonic() < deadline:
+        st = eb.status()
+        job = _job_of(st, client.job_id)
+        if (
+            job is not None
+            and job["phase"] in ("tuned", "idle")
+            and job.get("rate_hz") is not None
+            and abs(job["rate_hz"] - want_rate) <= 1e-6 * want_rate
+            and job["budget_w"] == budget
+            and st["mode"] is not None
+        ):
+            return {"job": job, "mode": st["mode"], "at": time.monotonic()}
+        if client.error is not None:
+            raise client.error
+        time.sleep(0.05)
+    return None
+
+
+def _steady(client, t0: float, rate: float, b: int, scale: float) -> tuple[list, list, float]:
+    """Client-measured latencies (trace ms) of the requests that arrive in a steady-state
+    window after t0: at least 150 requests and 6 batches (trace time), capped at 40 trace s.
+    A request still unserved a while after the window (a queue that does not drain) counts
+    with the time it has waited so far."""
+    # the client learns a new batch size from its next state update, and the requests
+    # queued meanwhile drain: the window opens once it runs batches of size b with less
+    # than a batch waiting (or after 20 trace s: a queue that does not drain)
+    limit = time.monotonic() + 20.0 * scale
+    while time.monotonic() < limit:
+        first = next((q for q in client.since(t0) if q.batch_size == b), None)
+        if first is not None and client.backlog < b:
+            break
+        time.sleep(0.01)
+    t0 = max(t0, time.monotonic())
+    span = min(40.0, max(150.0 / rate, 6.0 * b / rate)) * scale
+    time.sleep(max(0.0, t0 + span - time.monotonic()))
+    # the client logs arrivals when its loop runs: wait until it has logged the window's
+    t1 = time.monotonic() + 4.0 * (b / rate + 0.5) * scale
+    while time.monotonic() < t1 and not any(a > t0 + span for a in client.arrivals[-8:]):
+        time.sleep(0.02)
+    arrived = [a for a in client.arrivals_since(t0) if a <= t0 + span]
+    deadline = time.monotonic() + 4.0 * (b / rate + 0.5) * scale
+    while time.monotonic() < deadline:
+        served = {q.arrival: q for q in client.since(t0)}
+        if all(a in served for a in arrived):
+            break
+        time.sleep(0.02)
+    served = {q.arrival: q for q in client.since(t0)}
+    now = time.monotonic()
+    lats = [((served[a].end if a in served else now) - a) / scale * 1000.0 for a in arrived]
+    return lats, [served[a] for a in arrived if a in served], t0
+
+
+def through_daemon(scale: float, max_pairs: int, quick: bool, daemon_log: str | None) -> None:
+    """The held-out inference workload (MobileNet v3 inference on Orin AGX; the daemon's prior
+    is fitted on ResNet-18 inference) through the real daemon on the emulated board: one job
+    moved across the grid (budget and rate changes through the client; a latency change is a
+    new registration of the same workload), plus fresh workloads. Each point: time to the
+    settled decision, then a steady-state window of client-measured request latencies and
+    the true in-batch power of the pairs that served them (trace)."""
     import tempfile
 
     from powerd.sim.gpu import Gpu, idle_power
     from powerd.sim.harness import EmulatedBoard
-    from powerd.sim.inference_job import load_batch_traces, run_inference_job
+    from powerd.sim.inference_job import InferenceClient, load_batch_traces
 
-    batches = load_batch_traces(INFER["resnet18"], batch_sizes=(4, 16, 32))
-    for rate, latency, budget in DAEMON_POINTS:
-        with tempfile.TemporaryDirectory(prefix="powerd-bench-", dir="/tmp") as d:
-            cfg = {"inference": {"max_pairs": max_pairs}, "profiling": {"min_steps": 3}}
+    batches = load_batch_traces(INFER["mobilenetv3"])
+    g = D_QUICK if quick else dict(rates=D_RATES, latencies=D_LATENCIES, budgets=D_BUDGETS)
+    fresh = D_FRESH[:1] if quick else D_FRESH
+    rows: list[dict] = []
+    t_start = time.monotonic()
+    # tmpfs: the emulator writes its power files every few ms under its lock; on a disk
+    # shared with other jobs' I/O one write can stall for 100 ms, and every batch with it
+    shm = "/dev/shm" if os.path.isdir("/dev/shm") else None
+    with tempfile.TemporaryDirectory(prefix="powerd-bench-", dir=shm) as d:
+        cfg = {"inference": {"max_pairs": max_pairs}}
+        eb = EmulatedBoard(
+            "orin-agx", batches[1], time_scale=scale, workdir=d, config=cfg, daemon_log=daemon_log
+        )
+        with eb:
+            gpu = Gpu(eb.emulator, idle_power(batches[1]), time_scale=scale)
+
+            def point(client, kind: str, workload: str, before: int | None) -> None:
+                rate, lat, budget = client.rate_hz, client.latency_ms, client.budget_w
+                t_change = time.monotonic()
+                got = _settle(eb, client, scale, budget, timeout_s=600 * scale)
+                goal = f"r={rate:g}/s L={lat if lat is not None else '-'} ms B={budget:g} W"
+                if got is None:
+                    print(f"  {kind:7s} {goal}: no decision in {600:g} trace s", flush=True)
+                    rows.append({"kind": kind, "decided": False})
+                    return
+                job, b = got["job"], got["job"]["batch_size"]
+                lats, reqs, t_w = _steady(client, got["at"], rate, b, scale)
+                p99 = float(np.percentile(lats, 99)) if lats else float("nan")
+                p50 = float(np.percentile(lats, 50)) if lats else float("nan")
+                # every batch that ran in the window (also those of requests that arrived
+                # before it: a queue that does not drain serves none of the window's own)
+                used = {
+                    (int(sl.kind.split("/")[1]), sl.mode)
+                    for sl in list(gpu.log)
+                    if sl.start >= t_w and sl.kind.startswith("inference/")
+                }
+                power = max(batches[bb].lookup(m).power_w for bb, m in used) if used else math.nan
+                o = oracle(batches, rate, lat, budget)
+                feasible = job["feasible"]
+                best = job.get("best_latency_ms")
+                row = {
+                    "kind": kind, "workload": workload, "decided": True, "rate": rate,
+                    "latency": lat, "budget": budget, "truth": o, "feasible_flag": feasible,
+                    "best_latency_ms": None if best is None else best / scale, "b": b,
+                    "p99": p99, "power": power, "pairs": job["pairs_profiled"],
+                    "new_pairs": None if before is None else job["pairs_profiled"] - before,
+                    "settle_s": (got["at"] - t_change) / scale, "switches": len(used),
+                }
+                row["pow_ok"] = power <= budget + 0.5
+                # the decision on the trace's noise-free values: does the served pair fit?
+                tv = batches[b].lookup(PowerMode(**got["mode"]))
+                true_lat = (b - 1) * 1000.0 / rate + tv.time_ms
+                # without a target, latency counts as met when the queue drains: the client
+                # p99 within 2x the served pair's worst case + 100 ms (timing noise of short
+                # batches); a queue that grows is seconds above
+                drains = 2.0 * true_lat + 100.0
+                row["lat_ok"] = p99 <= (1.05 * lat if lat is not None else drains)
+                row["pair_fits"] = (
+                    tv.time_ms <= 0.9 * b * 1000.0 / rate
+                    and tv.power_w <= budget + 0.5
+                    and (lat is None or true_lat <= 1.05 * lat)
+                )
+                rows.append(row)
+                ratio = (
+                    f"{power / o['power_w']:.3f}" if o["feasible"] and lat is not None else "-"
+                )
+                flag = (
+                    f"feasible={feasible}"
+                    if feasible
+                    else f"feasible={feasible} best_latency {row['best_latency_ms']:.0f} ms "
+                    f"(trace best {o['best_latency_ms'] or float('nan'):.0f})"
+                )
+                print(
+                    f"  {kind:7s} {goal} [truth {'feasible' if o['feasible'] else 'INFEASIBLE'}]"
+                    f": {flag}, b={b}, p99 {p99:.0f} ms (p50 {p50:.0f}, {len(lats)} req, "
+                    f"{'ok' if row['lat_ok'] else 'MISS'}), true power {power:.2f} W "
+                    f"({'ok' if row['pow_ok'] else 'OVER'}), /optimal {ratio}, pairs "
+                    f"{job['pairs_profiled']}"
+                    + ("" if row["new_pairs"] is None else f" (+{row['new_pairs']})")
+                    + f", served pair on the trace: {true_lat:.0f} ms, t/drain "
+                    f"{tv.time_ms / (0.9 * b * 1000.0 / rate):.2f}"
+                    + f", settled {row['settle_s']:.1f} trace s "
+                    f"[{time.monotonic() - t_start:.0f} s]",
+                    flush=True,
+                )
+
+            sizes = {b: t for b, t in batches.items()}
+            for i, (rate, lat, budget) in enumerate(fresh):
+                name = f"mobilenetv3-infer-{i}"
+                with InferenceClient(
+                    gpu, sizes, rate, budget_w=budget, latency_ms=lat, workload=name,
+                    endpoint=eb.endpoint, seed=i,
+                ) as client:
+                    point(client, "fresh", name, None)
+                    if i:
+                        continue
+                    # the first workload moves through the grid: latency, then budget, then rate
+                    for lat in g["latencies"]:
+                        if lat != client.latency_ms:
+                            before = rows[-1].get("pairs")
+                            client.set_latency(lat)
+                            point(client, "latency", name, before)
+                        for budget in g["budgets"]:
+                            if budget != client.budget_w:
+                                before = rows[-1].get("pairs")
+                                client.set_budget(budget)
+                                point(client, "budget", name, before)
+                            for rate in g["rates"]:
+                                if rate != client.rate_hz:
+                                    before = rows[-1].get("pairs")
+                                    client.set_rate(rate)
+                                    point(client, "rate", name, before)
+    _daemon_summary(rows, time.monotonic() - t_start)
+
+
+def _daemon_summary(rows: list[dict], wall_s: float) -> None:
+    ok = [r for r in rows if r["decided"]]
+    feas = [r for r in ok if r["truth"]["feasible"]]
+    infeas = [r for r in ok if not r["truth"]["feasible"]]
+    meet = [r["lat_ok"] and r["pow_ok"] for r in feas]
+    ratios = [r["power"] / r["truth"]["power_w"] for r in feas if r["latency"] is not None]
+    no_l = [r["p99"] / r["truth"]["latency_ms"] for r in feas if r["latency"] is None]
+    fresh = [r for r in ok if r["kind"] == "fresh"]
+    rate = [r for r in ok if r["kind"] == "rate"]
+    flagged = [r for r in infeas if r["feasible_flag"] is False]
+    best = [
+        r["best_latency_ms"] / r["truth"]["best_latency_ms"]
+        for r in flagged
+        if r["best_latency_ms"] and r["truth"]["best_latency_ms"]
+    ]
+    print(
+        f"  points {len(rows)} ({len(rows) - len(ok)} undecided), feasible {len(feas)}, "
+        f"infeasible {len(infeas)}"
+    )
+    print(
+        f"  feasible points meeting latency (client p99 <= 1.05 L; no L: the queue drains) and "
+        f"power (true <= B+0.5 W): "
+        f"{pct(100 * np.mean(meet)) if meet else '-'} ({sum(meet)}/{len(meet)})"
+    )
+    fits = [r["pair_fits"] for r in feas]
+    print(
+        f"  feasible points whose served pair fits on the trace's noise-free values (the "
+        f"decision, without the emulator's timing noise): {pct(100 * np.mean(fits))} "
+        f"({sum(fits)}/{len(fits)})"
+    )
+    print(
+        f"  all points within the power budget: {pct(100 * np.mean([r['pow_ok'] for r in ok]))}"
+        f" ({sum(r['pow_ok'] for r in ok)}/{len(ok)})"
+    )
+    if ratios:
+        print(
+            f"  median true power / optimal pair's (feasible, with L): {np.nanmedian(ratios):.3f} "
+            f"(max {np.nanmax(ratios):.3f}, n={len(ratios)})"
+        )
+    if no_l:
+        print(f"  without L: client p99 / the trace's least latency under B: median "
+              f"{np.median(no_l):.3f} (n={len(no_l)})")
+    print(
+        f"  pairs profiled per new workload: {[r['pairs'] for r in fresh]}; by the end of the "
+        f"moving job: {max(r['pairs'] for r in ok)}\n"
+        f"  rate changes: {len(rate)}, re-solved with no new pair "
+        f"{sum(r['new_pairs'] == 0 for r in rate)}, new pairs max "
+        f"{max((r['new_pairs'] for r in rate), default=0)}\n"
+        f"  time to a settled decision (trace s): fresh {[round(r['settle_s']) for r in fresh]}; "
+        f"changes median {np.median([r['settle_s'] for r in ok if r['kind'] != 'fresh']):.1f} "
+        f"max {max(r['settle_s'] for r in ok if r['kind'] != 'fresh'):.1f}\n"
+        f"  infeasible points flagged feasible=False: {len(flagged)}/{len(infeas)}; their "
+        f"best_latency_ms / the trace's least latency under B: "
+        f"{', '.join(f'{x:.2f}' for x in best) or '-'}\n"
+        f"  wall time {wall_s:.0f} s"
+    )
+
+
+# ---- interleaved training + inference through the daemon ---------------------------------
+
+IL_DAEMON_BUDGET = 25.0
+IL_DAEMON_POINTS = ((5.0, 1000.0), (10.0, 1000.0), (2.0, 3000.0))  # (rate /s, latency ms)
+
+
+class _Trainer:
+    """An emulated training job through the real client, on the emulated GPU, until stopped:
+    the time of every step's end (time.monotonic())."""
+
+    def __init__(self, gpu, trace: Trace, budget_w: float, workload: str, endpoint: str):
+        import threading
+
+        from powerd.sim.job import gpu_power
+
+        self.gpu, self.trace, self.ends = gpu, trace, []
+        self.job = None
+        self._stop = threading.Event()
+        self._power = gpu_power(trace)
+        self._req = dict(budget_w=budget_w, workload=workload, endpoint=endpoint)
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self) -> _Trainer:
+        import powerd
+
+        self.job = powerd.request(**self._req)
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        import random
+
+        rng = random.Random(1)
+        while not self._stop.is_set():
+            jitter = max(0.5, rng.gauss(1.0, 0.02))
+            self.gpu.run("training", lambda m: self.trace.lookup(m).time_ms, self._power, jitter)
+            self.job.step()
+            self.ends.append(time.monotonic())
+
+    def steps_between(self, t0: float, t1: float) -> int:
+        return sum(t0 < e <= t1 for e in self.ends)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(30)
+        self.job.close()
+
+
+def _il_best(train: Trace, infer: dict, modes, rate: float, latency: float | None, budget: float):
+    """Brute force over the board's modes and batch sizes: the largest work-conserving bound
+    (1 - r t_inf / b) / t_tr (steps/s) among pairs meeting power max(P_tr, P_inf) <= B, drain
+    t_inf <= 0.9 b/r, a cycle with room for a step (t_inf + t_tr <= b/r) and latency
+    (b-1)/r + t_tr + t_inf <= L."""
+    best = None
+    for m in modes:
+        tr = train.lookup(m)
+        for b, bt in infer.items():
+            row = bt.lookup(m)
+            cyc = b * 1000.0 / rate
+            if max(tr.power_w, row.power_w) > budget or row.time_ms > 0.9 * cyc:
+                continue
+            if row.time_ms + tr.time_ms > cyc:
+                continue
+            if latency is not None and (b - 1) * 1000.0 / rate + tr.time_ms + row.time_ms > latency:
+                continue
+            bound = (1 - rate * row.time_ms / 1000.0 / b) / (tr.time_ms / 1000.0)
+            if best is None or bound > best[0]:
+                best = (bound, m, b)
+    return best
+
+
+def _bound(train: Trace, infer: dict, mode, b: int, rate: float) -> float:
+    t_inf = infer[b].lookup(mode).time_ms / 1000.0
+    return (1 - rate * t_inf / b) / (train.lookup(mode).time_ms / 1000.0)
+
+
+def _wait_status(eb, pred, timeout_s: float, period_s: float = 0.05):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        st = eb.status()
+        if pred(st):
+            return st, time.monotonic()
+        time.sleep(period_s)
+    return None, time.monotonic()
+
+
+def _steps_per_s(trainer: _Trainer, t0: float, t1: float, scale: float) -> float:
+    return trainer.steps_between(t0, t1) / ((t1 - t0) / scale)
+
+
+def _hiccup(trainer: _Trainer, t0: float, t1: float, scale: float) -> float:
+    """The longest gap between training steps in [t0, t1], trace ms."""
+    ends = [e for e in trainer.ends if t0 - 5 <= e <= t1]
+    gaps = [b - a for a, b in zip(ends, ends[1:], strict=False) if b >= t0]
+    return max(gaps) / scale * 1000.0 if gaps else float("nan")
+
+
+def interleaved_daemon(scale: float, max_pairs: int, modes: int, daemon_log: str | None) -> None:
+    """MobileNet v3 training with each inference workload through the real daemon: the
+    training job tuned alone, the inference job joins (the switch: join to the interleaved
+    mode pinned, the longest training step gap), each (rate, latency) point measured in
+    steady state (training steps/s vs the work-conserving bound at the chosen pair and at the
+    best pair under the budget, client p99, true power), then the inference job leaves (the
+    switch back, the training job's mode vs its alone decision and the best under B)."""
+    import tempfile
+
+    from powerd.modes import PowerMode
+    from powerd.sim.gpu import Gpu, idle_power
+    from powerd.sim.harness import EmulatedBoard
+    from powerd.sim.inference_job import InferenceClient, load_batch_traces
+
+    train = Trace.load(TRAIN)
+    budget = IL_DAEMON_BUDGET
+    shares_own, shares_best = [], []
+    for name, path in (("mobilenetv3", INFER["mobilenetv3"]), ("resnet18", INFER["resnet18"])):
+        infer = load_batch_traces(path, batch_sizes=(1, 4, 16))
+        board_modes = [r.mode for r in infer[1].rows]
+        shm = "/dev/shm" if os.path.isdir("/dev/shm") else None
+        t_start = time.monotonic()
+        held = "held out" if name == "mobilenetv3" else "in-sample inference prior"
+        print(f"  mobilenetv3-train + {name}-infer ({held}), B={budget:g} W:", flush=True)
+        with tempfile.TemporaryDirectory(prefix="powerd-il-", dir=shm) as d:
+            cfg = {"inference": {"max_pairs": max_pairs}, "profiling": {"modes": modes}}
             eb = EmulatedBoard(
-                "orin-agx", batches[4], time_scale=scale, workdir=d, config=cfg
+                "orin-agx", infer[1], time_scale=scale, workdir=d, config=cfg,
+                strategy="powertrain", daemon_log=daemon_log,
             )
             with eb:
-                gpu = Gpu(eb.emulator, idle_power(batches[4]), time_scale=scale)
-                seen: dict = {}
-                t0 = time.monotonic()
+                gpu = Gpu(eb.emulator, idle_power(infer[1]), time_scale=scale)
+                trainer = _Trainer(gpu, train, budget, f"mobilenetv3-train-{name}", eb.endpoint)
+                trainer.start()
+                tid = trainer.job.id
 
-                def on_batch(inf, run, seen=seen, eb=eb, t0=t0) -> None:
-                    if inf.phase in ("tuned", "idle") and "st" not in seen:
-                        seen["st"] = eb.status()
-                        seen["at"] = time.monotonic() - t0
-                        seen["skip"] = len(run.latencies_ms)
+                def train_tuned(st, tid=tid):
+                    j = _job_of(st, tid)
+                    return st["planner"] == "training" and j is not None and j["phase"] == "tuned"
 
-                run = run_inference_job(
-                    gpu, batches, rate, duration_s=duration_s, budget_w=budget,
-                    latency_ms=latency, endpoint=eb.endpoint, wall_clock_goal=True,
-                    on_batch=on_batch,
-                )
-                goal = f"r={rate:g}/s L={latency or '-'} ms B={budget:g} W"
-                if "st" not in seen:
-                    print(f"  {goal}: no decision within {duration_s:g} trace s")
+                st, t_alone = _wait_status(eb, train_tuned, 600 * scale)
+                if st is None:
+                    print("    training never tuned", flush=True)
+                    trainer.stop()
                     continue
-                job = seen["st"]["jobs"][0]
-                mode = seen["st"]["mode"]
-                b = job["batch_size"]
-                truth = batches[b].lookup(PowerMode(**mode))
-                p99 = run.p99_ms(skip=seen["skip"])
-                opt = _oracle(batches, rate, latency, budget)
-                ratio = f"{truth.power_w / opt[2].power_w:.3f}" if opt and latency else "-"
-                within = "within" if truth.power_w <= budget + 0.5 else "OVER"
-                print(
-                    f"  {goal}: feasible={job['feasible']} (truth: {opt is not None}) b={b}, "
-                    f"true power {truth.power_w:.2f} W ({within}), power/optimal {ratio}, "
-                    f"client p99 {p99:.0f} ms once decided, {job['pairs_profiled']} pairs, "
-                    f"decided after {seen['at'] / scale:.0f} trace s ({seen['at']:.1f} s wall)"
+                alone = PowerMode(**st["mode"])
+                best_m = min(
+                    (m for m in board_modes if train.lookup(m).power_w <= budget),
+                    key=lambda m: train.lookup(m).time_ms,
                 )
+                t_best, t_alone_ms = train.lookup(best_m).time_ms, train.lookup(alone).time_ms
+                time.sleep(10 * scale)
+                alone_sps = _steps_per_s(trainer, t_alone, time.monotonic(), scale)
+                print(
+                    f"    training alone: tuned after {(t_alone - t_start) / scale:.0f} trace s, "
+                    f"{_job_of(st, tid)['profiled_modes']} modes profiled; {alone} true "
+                    f"{t_alone_ms:.1f} ms/step vs best under B {t_best:.1f} ms "
+                    f"(decision quality {t_best / t_alone_ms:.3f}); measured {alone_sps:.2f} "
+                    f"steps/s vs trace {1000 / t_alone_ms:.2f}",
+                    flush=True,
+                )
+                client = None
+                for i, (rate, lat) in enumerate(IL_DAEMON_POINTS):
+                    t0 = time.monotonic()
+                    if client is None:
+                        client = InferenceClient(
+                            gpu, infer, rate, budget_w=budget, latency_ms=lat,
+                            workload=f"{name}-infer", endpoint=eb.endpoint,
+                        ).start()
+                    else:
+                        if lat != client.latency_ms:
+                            client.set_latency(lat)
+                        client.set_rate(rate)
+                    want = rate / scale
+
+                    def il_tuned(st, client=client, want=want):
+                        j = _job_of(st, client.job_id)
+                        pl = st["tuner"] or {}
+                        return (
+                            st["planner"] == "interleave"
+                            and pl.get("state") == "tuned"
+                            and j is not None
+                            and j.get("rate_hz") is not None
+                            and abs(j["rate_hz"] - want) <= 1e-6 * want
+                        )
+
+                    if i == 0:
+                        # the switch: join -> the first interleaved mode pinned
+                        st1, t_first = _wait_status(
+                            eb, lambda st, alone=alone: st["planner"] == "interleave"
+                            and st["mode"] is not None and PowerMode(**st["mode"]) != alone,
+                            60 * scale, period_s=0.01,
+                        )
+                    st, t_set = _wait_status(eb, il_tuned, 600 * scale)
+                    if st is None:
+                        print(f"    r={rate:g}/s L={lat:g} ms: no decision", flush=True)
+                        continue
+                    mode = PowerMode(**st["mode"])
+                    ij = _job_of(st, client.job_id)
+                    b = ij["batch_size"]
+                    t_w = time.monotonic()
+                    lats, reqs, t_w = _steady(client, t_w, rate, b, scale)
+                    t_w1 = time.monotonic()
+                    sps = _steps_per_s(trainer, t_w, t_w1, scale)
+                    # GPU time not used by either job: gate round trips and the emulated
+                    # jobs' own loops (a perfect work-conserving schedule leaves none)
+                    busy = sum(
+                        min(sl.end, t_w1) - max(sl.start, t_w)
+                        for sl in list(gpu.log)
+                        if sl.end > t_w and sl.start < t_w1
+                    )
+                    idle = 1.0 - busy / (t_w1 - t_w)
+                    p99 = float(np.percentile(lats, 99)) if lats else float("nan")
+                    used = {(q.batch_size, q.mode) for q in reqs}
+                    p_true = max(
+                        max(infer[bb].lookup(m).power_w, train.lookup(m).power_w)
+                        for bb, m in used
+                    ) if used else math.nan
+                    own = _bound(train, infer, mode, b, rate)
+                    best = _il_best(train, infer, board_modes, rate, lat, budget)
+                    s_own = sps / own
+                    s_best = sps / best[0] if best else math.nan
+                    shares_own.append(s_own)
+                    if best:
+                        shares_best.append(s_best)
+                    join = ""
+                    if i == 0:
+                        join = (
+                            f"; join->interleaved mode {(t_first - t0) * 1000:.0f} ms wall, "
+                            f"->settled {(t_set - t0) / scale:.0f} trace s, longest training "
+                            f"step gap at the join {_hiccup(trainer, t0, t0 + 2.0, scale):.0f} "
+                            f"ms vs {t_alone_ms:.0f}"
+                            if st1 is not None
+                            else "; interleaved mode never seen"
+                        )
+                    print(
+                        f"    r={rate:g}/s L={lat:g} ms: {mode} b={b} "
+                        f"({(st['tuner'] or {}).get('joint_probes')} joint probes): training "
+                        f"{sps:.2f} steps/s = {s_own:.3f} of the bound at this pair "
+                        f"({own:.2f}), {s_best:.3f} of the best pair's under B "
+                        f"({best[0] if best else float('nan'):.2f}), GPU idle {100 * idle:.1f} %; "
+                        f"inference p99 {p99:.0f} ms "
+                        f"vs L {lat:g} ({'ok' if p99 <= 1.05 * lat else 'MISS'}), feasible="
+                        f"{ij['feasible']}; true max power {p_true:.2f} W "
+                        f"({'ok' if p_true <= budget + 0.5 else 'OVER'}){join}",
+                        flush=True,
+                    )
+                # the inference job leaves
+                marker = eb.daemon_log.read_text().count("\n")
+                t_leave = time.monotonic()
+                client.stop()
+                st, t_back = _wait_status(
+                    eb,
+                    lambda st, alone=alone: train_tuned(st) and PowerMode(**st["mode"]) == alone,
+                    60 * scale, period_s=0.01,
+                )
+                st_any, _ = _wait_status(eb, train_tuned, 60 * scale)
+                back = None if st_any is None else PowerMode(**st_any["mode"])
+                time.sleep(10 * scale)
+                t_end = time.monotonic()
+                sps = _steps_per_s(trainer, t_end - 8 * scale, t_end, scale)
+                log_tail = eb.daemon_log.read_text().splitlines()[marker:]
+                pat = r"tuner: measured|measured .* b=\d+|interleaved probe"
+                reprof = [ln for ln in log_tail if re.search(pat, ln)]
+                t_back_ms = train.lookup(back).time_ms if back else math.nan
+                print(
+                    f"    inference left: back to {back} "
+                    f"({'the alone decision' if back == alone else 'NOT the alone decision'}) "
+                    + (
+                        f"{(t_back - t_leave) * 1000:.0f} ms wall after close"
+                        if st is not None
+                        else "(not the alone mode)"
+                    )
+                    + f", longest training step gap "
+                    f"{_hiccup(trainer, t_leave, t_leave + 2.0, scale):.0f} ms; training "
+                    f"{sps:.2f} steps/s measured, true {t_back_ms:.1f} ms/step = "
+                    f"{t_best / t_back_ms:.3f} of the best mode under B (measured "
+                    f"{sps * t_best / 1000:.3f}); re-profiling log lines: {len(reprof)}",
+                    flush=True,
+                )
+                trainer.stop()
+        print(f"    ({time.monotonic() - t_start:.0f} s)", flush=True)
+    if shares_own:
+        print(
+            f"  training steps/s / bound at the chosen pair: mean {np.mean(shares_own):.3f} min "
+            f"{np.min(shares_own):.3f}; / the best pair's bound under B: mean "
+            f"{np.mean(shares_best):.3f} min {np.min(shares_best):.3f} (n={len(shares_own)})"
+        )
 
 
 def main() -> None:
@@ -348,6 +852,7 @@ def main() -> None:
     ap.add_argument("--compare-priors", action="store_true", help="also run train-head")
     ap.add_argument("--quick", action="store_true", help="every other rate")
     ap.add_argument("--no-interleave", action="store_true")
+    ap.add_argument("--interleave-only", action="store_true", help="only the interleaved replay")
     ap.add_argument(
         "--emulate",
         type=float,
@@ -358,19 +863,35 @@ def main() -> None:
     ap.add_argument("--scale", type=float, default=0.5, help="emulated GPU time scale")
     ap.add_argument(
         "--daemon",
-        type=float,
-        default=0.0,
-        metavar="S",
-        help="only: inference alone through the real daemon, S trace seconds per point",
+        action="store_true",
+        help="only: the held-out inference grid through the real daemon",
     )
-    ap.add_argument("--max-pairs", type=int, default=12, help="with --daemon")
+    ap.add_argument("--max-pairs", type=int, default=30, help="with --daemon")
+    ap.add_argument("--daemon-log", help="with --daemon: keep the daemon's log in this file")
+    ap.add_argument(
+        "--daemon-interleave",
+        action="store_true",
+        help="only: training + inference through the real daemon (join, points, leave)",
+    )
+    ap.add_argument("--train-modes", type=int, default=30, help="with --daemon-interleave")
     args = ap.parse_args()
-    if args.daemon > 0:
-        print("inference alone through the real daemon (emulated Orin AGX):")
-        through_daemon(args.daemon, args.scale, args.max_pairs)
+    if args.daemon_interleave:
+        print(
+            f"interleaved training + inference through the real daemon (emulated Orin AGX, "
+            f"time scale {args.scale:g}, training modes {args.train_modes}, joint probes "
+            f"<= {args.max_pairs}):"
+        )
+        interleaved_daemon(args.scale, args.max_pairs, args.train_modes, args.daemon_log)
+        return
+    if args.daemon:
+        print(
+            f"held-out MobileNet v3 inference through the real daemon (emulated Orin AGX, "
+            f"time scale {args.scale:g}, max_pairs {args.max_pairs}):"
+        )
+        through_daemon(args.scale, args.max_pairs, args.quick, args.daemon_log)
         return
     methods = ("infer-ref", "train-head") if args.compare_priors else ("infer-ref",)
-    for method in methods:
+    for method in () if args.interleave_only else methods:
         print(f"inference alone, prior {method} (planner replay, not yet through the daemon):")
         inference_alone(method, args.quick)
     if not args.no_interleave:
