@@ -129,6 +129,9 @@ class InferenceSamples:
             log.info("inference workload %s: %d stored pairs", name, len(out))
         return out
 
+    def in_memory(self) -> dict[str, dict[Pair, PairMeasurement]]:
+        return dict(self._mem)
+
     def forget(self, live: set[str]) -> None:
         for name in [n for n in self._mem if n not in live]:
             del self._mem[name]

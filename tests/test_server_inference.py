@@ -244,6 +244,15 @@ def test_two_inference_jobs_are_served_at_once_with_both_latency_targets_met(
     for s in gpu.log[-20:]:
         b = int(s.kind.split("/")[1])
         assert batches[b].lookup(s.mode).power_w <= BUDGET + 0.5
+    # powerctl status lists both inference workloads with what was measured of them
+    st = eb.status()
+    for n in ("a", "b"):
+        name = f"resnet-{n}"
+        assert name in st["workloads"]
+        inf = st["workload_state"][name]["inference"]
+        assert 1 <= inf["pairs_profiled"] <= 8 and inf["fitted"] is True
+        assert set(inf["batch_sizes"]) <= {4, 16}
+        assert f"inference: {inf['pairs_profiled']} pairs profiled" in format_status(st)
     assert wait_for(lambda: knob_snapshot(eb.root) == before, 8)
 
 
@@ -272,7 +281,7 @@ def test_an_inference_job_that_never_runs_batches_does_not_hold_up_another(
                 seen.setdefault("tuned", len(run.latencies_ms))
 
         run = run_inference_job(
-            gpu, _served(batches), 5.0, duration_s=60, budget_w=BUDGET, latency_ms=4000.0,
+            gpu, _served(batches), 10.0, duration_s=85, budget_w=BUDGET, latency_ms=4000.0,
             endpoint=eb.endpoint, wall_clock_goal=True, on_batch=on_batch,
         )
         assert "tuned" in seen, eb.log_tail()
