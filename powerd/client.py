@@ -721,7 +721,8 @@ class _GateChannel:
                 if got is None:
                     self.timeouts += 1
                     log.warning(
-                        "powerd: no gate answer within %d ms; running the batch anyway",
+                        "powerd: job %s: no gate answer within %d ms; running anyway",
+                        state.job,
                         state.gate_timeout_ms,
                     )
                     break

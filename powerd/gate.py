@@ -22,6 +22,7 @@ measure of how long each step or batch held the GPU.
 from __future__ import annotations
 
 import collections
+import logging
 import os
 import socket
 from collections.abc import Callable
@@ -31,6 +32,8 @@ import zmq
 
 from powerd import protocol as p
 from powerd.registry import ReplyTo
+
+log = logging.getLogger("powerd.gate")
 
 MAX_HOLDS = 4096
 HOLD_FACTOR = 4.0  # a hold longer than this many times the job's median hold is a pause
@@ -82,6 +85,10 @@ class GpuGate:
         if self.holder == job:
             self._end(now)
             self._next(now)
+        elif any(w.job == job for w in self.waiting):
+            # it stopped waiting (its client gave up and ran): a grant now would hold the
+            # GPU for a batch that is already over
+            self.waiting = collections.deque(w for w in self.waiting if w.job != job)
 
     def check(self, now: float, live: set[str], managed: bool) -> None:
         """Called on every pass of the request loop: drops gone jobs and late holders."""
@@ -103,9 +110,18 @@ class GpuGate:
             if self.holder not in live or held > self.timeout_s:
                 if self.holder in live:
                     self.timeouts += 1
+                    log.warning("gate: job %s held the GPU past the timeout", self.holder)
                 self.holder = None
             elif self.waiting and held > self.hold_limit(self.holder):
                 self.preempted += 1  # a pause: the waiting job goes; this one queues later
+                log.info(
+                    "gate: job %s held the GPU %.0f ms (its bound %.0f ms) while %s waited: "
+                    "handed over",
+                    self.holder,
+                    held * 1000.0,
+                    self.hold_limit(self.holder) * 1000.0,
+                    self.waiting[0].job,
+                )
                 self.holder = None
         if self.holder is None and self.waiting:
             self._next(now)

@@ -287,8 +287,10 @@ class InferenceJobsPlanner:
             self.serving.pop(gone, None)
             if gone == self.window_job:
                 self.window, self.window_job = None, None
-            if self.joint_windows is not None and gone in self.joint_windows:
-                self.joint_windows = None
+            if gone in self.joint_ids:
+                # the others re-solve at the next tick (together, or the last one alone)
+                self.joint_ids = tuple(i for i in self.joint_ids if i != gone)
+                self.joint_served, self.joint_windows, self._joint_key = None, None, None
         for gone in [i for i in self.released if i not in ids]:
             del self.released[gone]
         budget_changed = budget_w != self.budget_w

@@ -92,3 +92,12 @@ def test_a_hung_batch_is_bounded_by_its_own_batch_times_and_unknown_jobs_by_the_
     g.enter("tr", "training", ReplyTo(0, b"t", 21), t + 0.001)
     g.check(t + 0.021, {"tr", "inf"}, managed=True)
     assert g.holder == "tr" and posted[-1][1].job == "tr"
+
+
+def test_a_job_that_left_while_waiting_is_not_granted_afterwards() -> None:
+    g, posted = _gate()
+    g.enter("tr", "training", ReplyTo(0, b"t", 1), 0.0)
+    assert g.enter("inf", "inference", ReplyTo(0, b"i", 2), 0.1) is None
+    g.leave("inf", 0.2)  # its client stopped waiting, ran the batch and left
+    g.enter("tr", "training", ReplyTo(0, b"t", 3), 0.3)
+    assert g.holder == "tr" and not posted

@@ -308,3 +308,102 @@ def test_inference_then_training_and_inference_leaves_first(board, batches, trai
     # the inference job left first: training continues alone, tuned by the training planner
     assert seen.get("alone_tuned") == "training", eb.log_tail()
     assert run.steps > 0 and out["inf"].latencies_ms
+
+
+def _seed(eb, batches, names, train=None, every: int = 12) -> None:
+    """Store measurements for inference workloads `names` and the training workload
+    "mobilenet" (the traces' values on the wall clock, as the daemon would have measured
+    them on a few modes): workloads profiled before are served from what was measured, so
+    these tests spend their time on joining and leaving, not on profiling (which the
+    emulated clients cannot time finely on a loaded machine)."""
+    import json
+
+    from powerd.optimize.base import Measurement
+    from powerd.store import Store
+
+    key = eb.status()["board_key"]
+    store = Store(eb.state_dir)
+    modes = sorted({r.mode for r in batches[4].rows})[::every]
+    if train is not None:
+        store.save_samples(key, "mobilenet", {
+            m: Measurement(m, train.lookup(m).time_ms * SCALE, train.lookup(m).power_w, 20)
+            for m in modes
+        })
+    rows = []
+    for mode in modes:
+        for b in (4, 16):
+            row = batches[b].lookup(mode)
+            rows.append({
+                **mode.as_dict(), "batch_size": b, "batch_ms": row.time_ms * SCALE,
+                "batch_p99_ms": row.time_ms * SCALE * 1.05, "power_w": row.power_w,
+                "batches": 20,
+            })
+    for name in names:
+        d = store.workload_dir(key, name)
+        d.mkdir(parents=True, exist_ok=True)
+        (d / "inference.json").write_text(json.dumps({"format": 1, "pairs": rows}))
+
+
+def _tuner(eb) -> dict:
+    return eb.status().get("tuner") or {}
+
+
+def test_two_inference_jobs_then_training_joins_and_leaves_first(board, batches, train_trace):
+    """Two inference jobs share the GPU (one mode, a batch size each); a training job joins
+    (the three share it, training gets what the batches leave) and leaves first (the two
+    inference jobs go back to sharing it alone, from their measured pairs)."""
+    eb, gpu = board
+    before = knob_snapshot(eb.root)
+    _seed(eb, batches, ("inf-a", "inf-b"), train_trace)
+    served = {b: t for b, t in batches.items() if b >= 4}
+    runs: dict = {}
+    seen: dict = {}
+    threads = [
+        threading.Thread(
+            target=lambda n=n, r=r: runs.setdefault(
+                n,
+                run_inference_job(
+                    gpu, served, r, duration_s=70, budget_w=BUDGET, latency_ms=5000,
+                    workload=f"inf-{n}", endpoint=eb.endpoint, wall_clock_goal=True, seed=n,
+                ),
+            )
+        )
+        # slack: b=4 batches every 2-2.7 s (trace) leave room for a training step between
+        for n, r in (("a", 2.0), ("b", 1.5))
+    ]
+    for t in threads:
+        t.start()
+    two = _wait(lambda: _tuner(eb).get("state") == "tuned" and len(_tuner(eb).get("jobs") or [])
+                == 2, 8)
+    assert two, eb.log_tail()
+    marker = eb.daemon_log.read_text().count("\n")
+
+    def on_step(job, run) -> None:
+        d = _tuner(eb) if run.steps % 10 == 0 else {}
+        if d.get("planner") == "interleave" and d.get("state") == "tuned":
+            seen.setdefault("three", d)
+
+    tr = run_training_job(
+        eb.root, train_trace, BUDGET, "mobilenet", SCALE, endpoint=eb.endpoint,
+        stay_tuned_s=1.5, max_s=10, gpu=gpu, on_step=on_step,
+    )
+    assert "three" in seen, eb.log_tail()
+    three = seen["three"]
+    assert len(three["jobs"]) == 2 and three["training_job"] is not None
+    assert three["throughput_bound_hz"] is not None and three["throughput_bound_hz"] > 0
+    assert tr.steps > 0
+    # the training job left first: the two inference jobs share the GPU again, re-solved from
+    # what is measured (no inference pair measured after the training job left)
+    back = _wait(lambda: eb.status()["planner"] == "inference"
+                 and _tuner(eb).get("state") == "tuned"
+                 and len(_tuner(eb).get("jobs") or []) == 2, 6)
+    assert back, eb.log_tail()
+    left_at = eb.daemon_log.read_text().splitlines()[marker:]
+    i = next(k for k, ln in enumerate(left_at) if "ended: closed" in ln)
+    assert not [ln for ln in left_at[i:] if re.search(r"measured .* b=\d+", ln)]
+    for t in threads:
+        t.join()
+    for n in ("a", "b"):
+        assert runs[n].feasible is True and runs[n].latencies_ms
+        assert max(runs[n].gate_waits_s) <= HEARTBEAT_MS / 1000.0
+    assert _wait(lambda: knob_snapshot(eb.root) == before, 8)
