@@ -94,6 +94,7 @@ def _switch_ms(eb, kind: str) -> float | None:
 
 def test_training_then_inference_joins_and_leaves_first(board, batches, train_trace) -> None:
     eb, gpu = board
+    _seed(eb, batches, ("emulated-inference",), train_trace)
     before = knob_snapshot(eb.root)
     out: dict = {}
     trainer = threading.Thread(
@@ -147,6 +148,7 @@ def test_training_then_inference_joins_and_leaves_first(board, batches, train_tr
 
 def test_inference_then_training_joins_and_leaves_first(board, batches, train_trace) -> None:
     eb, gpu = board
+    _seed(eb, batches, ("emulated-inference",), train_trace)
     before = knob_snapshot(eb.root)
     out: dict = {}
     state: dict = {}
@@ -243,6 +245,7 @@ def test_a_client_dying_while_it_holds_the_gpu_blocks_the_other_at_most_a_heartb
 
 def test_training_then_inference_and_training_leaves_first(board, batches, train_trace) -> None:
     eb, gpu = board
+    _seed(eb, batches, ("emulated-inference",), train_trace)
     out: dict = {}
     state: dict = {}
     trainer = threading.Thread(
@@ -278,6 +281,7 @@ def test_training_then_inference_and_training_leaves_first(board, batches, train
 
 def test_inference_then_training_and_inference_leaves_first(board, batches, train_trace) -> None:
     eb, gpu = board
+    _seed(eb, batches, ("emulated-inference",), train_trace)
     out: dict = {}
     inf_thread = threading.Thread(
         target=lambda: out.setdefault(
@@ -407,3 +411,95 @@ def test_two_inference_jobs_then_training_joins_and_leaves_first(board, batches,
         assert runs[n].feasible is True and runs[n].latencies_ms
         assert max(runs[n].gate_waits_s) <= HEARTBEAT_MS / 1000.0
     assert _wait(lambda: knob_snapshot(eb.root) == before, 8)
+
+
+_PAUSING_TRAINER = textwrap.dedent(
+    """
+    import sys, time, powerd
+    job = powerd.request(budget_w=20, workload="pausing", endpoint=sys.argv[1])
+    n = 0
+    while True:
+        job.step()  # under managed interleaving: gives the GPU back, takes it again
+        n += job._state.gate == "managed"
+        if n == 30:
+            print("pausing", flush=True)
+            time.sleep(3600)  # evaluation or a checkpoint, holding the GPU; heartbeats go on
+        time.sleep(0.02)  # the step's work
+    """
+)
+
+_HANGING_BATCH = textwrap.dedent(
+    """
+    import sys, time, powerd
+    inf = powerd.request(kind="inference", budget_w=20, rate_hz=50, latency_ms=2000,
+                         workload="hanging", endpoint=sys.argv[1], batch_sizes=(1, 4))
+    while inf._state.gate != "managed":
+        time.sleep(0.02)
+    with inf.batch(size=inf.batch_size):
+        print("inside", flush=True)
+        time.sleep(3600)
+    """
+)
+
+
+def _spawn(script: str, endpoint: str) -> subprocess.Popen:
+    env = dict(os.environ, PYTHONPATH=os.getcwd())
+    return subprocess.Popen(
+        [sys.executable, "-c", script, endpoint], stdout=subprocess.PIPE, env=env, text=True
+    )
+
+
+def test_a_training_job_pausing_while_it_holds_the_gpu_delays_a_batch_a_few_steps(board):
+    eb, _ = board
+    inf = powerd.request(
+        kind="inference", budget_w=BUDGET, rate_hz=50.0, latency_ms=2000,
+        endpoint=eb.endpoint, batch_sizes=(1, 4),
+    )
+    proc = _spawn(_PAUSING_TRAINER, eb.endpoint)
+    try:
+        for line in proc.stdout:  # type: ignore[union-attr]
+            if line.strip() == "pausing":
+                break
+        assert _wait(lambda: inf._state.gate == "managed", 5)
+        time.sleep(0.05)
+        t0 = time.monotonic()
+        with inf.batch(size=inf.batch_size) as handle:
+            pass
+        waited = time.monotonic() - t0
+        # the trainer is alive (its heartbeats go on): the gate hands the GPU over after a
+        # few of its step times, not after the heartbeat timeout
+        assert proc.poll() is None
+        assert handle.waited_s <= waited < 0.5 * HEARTBEAT_MS / 1000.0, waited
+        assert _wait(lambda: "handed over" in eb.daemon_log.read_text(), 3)
+        # and the next batch does not wait behind the pause again
+        with inf.batch(size=inf.batch_size) as again:
+            pass
+        assert again.waited_s < 0.5 * HEARTBEAT_MS / 1000.0
+    finally:
+        proc.kill()
+        proc.wait()
+        inf.close()
+
+
+def test_an_inference_client_killed_inside_a_batch_blocks_training_at_most_a_heartbeat(board):
+    eb, _ = board
+    job = powerd.request(budget_w=BUDGET, workload="waiting-trainer", endpoint=eb.endpoint)
+    proc = _spawn(_HANGING_BATCH, eb.endpoint)
+    try:
+        assert _wait(lambda: (job.step() or job._state.gate == "managed"), 10)
+        for line in proc.stdout:  # type: ignore[union-attr]
+            if line.strip() == "inside":
+                break
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        t0 = time.monotonic()
+        job.step()  # ends this job's hold: the dead client's batch holds the GPU
+        job.step()  # waits for the GPU
+        waited = time.monotonic() - t0
+        assert waited <= HEARTBEAT_MS / 1000.0 + 0.5, waited
+        # the dead job is dropped: training alone again, through the open gate
+        assert _wait(lambda: eb.status()["planner"] == "training", 5)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        job.close()
