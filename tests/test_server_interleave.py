@@ -92,22 +92,50 @@ def _switch_ms(eb, kind: str) -> float | None:
     return None
 
 
+class _Stop(Exception):
+    pass
+
+
+class _Trainer:
+    """A training job on the emulated GPU in a thread, until `stop()` (or `max_s`)."""
+
+    def __init__(self, eb, trace, gpu, max_s: float = 60.0, on_step=None):
+        self.stop_event = threading.Event()
+        self.steps = 0
+
+        def hook(job, run) -> None:
+            self.steps = run.steps
+            if on_step is not None:
+                on_step(job, run)
+            if self.stop_event.is_set():
+                raise _Stop  # leaves the job's `with` block: the job closes
+
+        def target() -> None:
+            try:
+                run_training_job(
+                    eb.root, trace, BUDGET, "mobilenet", SCALE, endpoint=eb.endpoint,
+                    stay_tuned_s=1000, max_s=max_s, gpu=gpu, on_step=hook,
+                )
+            except _Stop:
+                pass
+
+        self.thread = threading.Thread(target=target)
+        self.thread.start()
+
+    def is_alive(self) -> bool:
+        return self.thread.is_alive()
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        self.thread.join(30)
+
+
 def test_training_then_inference_joins_and_leaves_first(board, batches, train_trace) -> None:
     eb, gpu = board
     _seed(eb, batches, ("emulated-inference",), train_trace)
     before = knob_snapshot(eb.root)
-    out: dict = {}
-    trainer = threading.Thread(
-        target=lambda: out.setdefault(
-            "run",
-            run_training_job(
-                eb.root, train_trace, BUDGET, "mobilenet", SCALE,
-                endpoint=eb.endpoint, stay_tuned_s=1000, max_s=45, gpu=gpu,
-            ),
-        )
-    )
-    trainer.start()
-    assert _wait(lambda: _phase_of(eb, "training") == "tuned", 40), eb.log_tail()
+    trainer = _Trainer(eb, train_trace, gpu)
+    assert _wait(lambda: _phase_of(eb, "training") == "tuned", 20), eb.log_tail()
     alone = eb.status()["mode"]
     seen: dict = {}
 
@@ -116,7 +144,7 @@ def test_training_then_inference_joins_and_leaves_first(board, batches, train_tr
             seen["st"] = eb.status()
 
     run = run_inference_job(
-        gpu, batches, 10.0, duration_s=70, budget_w=BUDGET, latency_ms=3000,
+        gpu, batches, 10.0, duration_s=40, budget_w=BUDGET, latency_ms=3000,
         endpoint=eb.endpoint, wall_clock_goal=True, on_batch=on_batch,
     )
     left = time.monotonic()
@@ -142,7 +170,8 @@ def test_training_then_inference_joins_and_leaves_first(board, batches, train_tr
     )
     marker = [ln for ln in eb.daemon_log.read_text().splitlines() if "ended: closed" in ln][0]
     assert not [ln for ln in _measures(eb, marker) if "b=" not in ln]
-    trainer.join()
+    trainer.stop()
+    assert trainer.steps > 0
     assert _wait(lambda: knob_snapshot(eb.root) == before, 8)
 
 
@@ -161,7 +190,7 @@ def test_inference_then_training_joins_and_leaves_first(board, batches, train_tr
                     "run",
                     run_training_job(
                         eb.root, train_trace, BUDGET, "mobilenet", SCALE,
-                        endpoint=eb.endpoint, stay_tuned_s=1000, max_s=12, gpu=gpu,
+                        endpoint=eb.endpoint, stay_tuned_s=1000, max_s=5, gpu=gpu,
                     ),
                 )
             )
@@ -176,7 +205,7 @@ def test_inference_then_training_joins_and_leaves_first(board, batches, train_tr
                                  inf.batch_size)
 
     run = run_inference_job(
-        gpu, batches, 10.0, duration_s=160, budget_w=BUDGET, latency_ms=3000,
+        gpu, batches, 10.0, duration_s=75, budget_w=BUDGET, latency_ms=3000,
         endpoint=eb.endpoint, wall_clock_goal=True, on_batch=on_batch,
     )
     assert "trainer" in state, eb.log_tail()
@@ -246,19 +275,9 @@ def test_a_client_dying_while_it_holds_the_gpu_blocks_the_other_at_most_a_heartb
 def test_training_then_inference_and_training_leaves_first(board, batches, train_trace) -> None:
     eb, gpu = board
     _seed(eb, batches, ("emulated-inference",), train_trace)
-    out: dict = {}
     state: dict = {}
-    trainer = threading.Thread(
-        target=lambda: out.setdefault(
-            "run",
-            run_training_job(
-                eb.root, train_trace, BUDGET, "mobilenet", SCALE,
-                endpoint=eb.endpoint, stay_tuned_s=1000, max_s=30, gpu=gpu,
-            ),
-        )
-    )
-    trainer.start()
-    assert _wait(lambda: _phase_of(eb, "training") == "tuned", 28), eb.log_tail()
+    trainer = _Trainer(eb, train_trace, gpu, max_s=9)
+    assert _wait(lambda: _phase_of(eb, "training") == "tuned", 8), eb.log_tail()
 
     def on_batch(inf, run) -> None:
         if inf._state.gate == "managed":
@@ -268,12 +287,12 @@ def test_training_then_inference_and_training_leaves_first(board, batches, train
                 state["alone"] = time.monotonic()
 
     run = run_inference_job(
-        gpu, batches, 10.0, duration_s=110, budget_w=BUDGET, latency_ms=3000,
+        gpu, batches, 10.0, duration_s=65, budget_w=BUDGET, latency_ms=3000,
         endpoint=eb.endpoint, wall_clock_goal=True, on_batch=on_batch,
     )
-    trainer.join()
+    trainer.thread.join()
     assert state.get("managed"), eb.log_tail()
-    assert out["run"].steps > 0
+    assert trainer.steps > 0
     # the training job left first: inference alone again, through the open gate
     assert "alone" in state, eb.log_tail()
     assert run.requests > 0 and run.latencies_ms
@@ -287,7 +306,7 @@ def test_inference_then_training_and_inference_leaves_first(board, batches, trai
         target=lambda: out.setdefault(
             "inf",
             run_inference_job(
-                gpu, batches, 10.0, duration_s=60, budget_w=BUDGET, latency_ms=3000,
+                gpu, batches, 10.0, duration_s=40, budget_w=BUDGET, latency_ms=3000,
                 endpoint=eb.endpoint, wall_clock_goal=True,
             ),
         )
@@ -302,16 +321,15 @@ def test_inference_then_training_and_inference_leaves_first(board, batches, trai
             seen["managed"] = True
         if not inf_thread.is_alive() and job._state.gate == "open" and job.phase == "tuned":
             seen.setdefault("alone_tuned", eb.status()["planner"])
+            raise _Stop  # seen: the training job may end
 
-    run = run_training_job(
-        eb.root, train_trace, BUDGET, "mobilenet", SCALE, endpoint=eb.endpoint,
-        stay_tuned_s=1000, max_s=45, gpu=gpu, on_step=on_step,
-    )
+    trainer = _Trainer(eb, train_trace, gpu, max_s=25, on_step=on_step)
+    trainer.thread.join()
     inf_thread.join()
     assert seen.get("managed"), eb.log_tail()
     # the inference job left first: training continues alone, tuned by the training planner
     assert seen.get("alone_tuned") == "training", eb.log_tail()
-    assert run.steps > 0 and out["inf"].latencies_ms
+    assert trainer.steps > 0 and out["inf"].latencies_ms
 
 
 def _seed(eb, batches, names, train=None, every: int = 12) -> None:
@@ -328,10 +346,9 @@ def _seed(eb, batches, names, train=None, every: int = 12) -> None:
     key = eb.status()["board_key"]
     store = Store(eb.state_dir)
     modes = sorted({r.mode for r in batches[4].rows})[::every]
-    if train is not None:
+    if train is not None:  # every mode: the training search has nothing left to measure
         store.save_samples(key, "mobilenet", {
-            m: Measurement(m, train.lookup(m).time_ms * SCALE, train.lookup(m).power_w, 20)
-            for m in modes
+            r.mode: Measurement(r.mode, r.time_ms * SCALE, r.power_w, 20) for r in train.rows
         })
     rows = []
     for mode in modes:
