@@ -647,6 +647,7 @@ class InferenceJobsPlanner:
             # the set changed (a job joined, left or went quiet): re-solve from the pairs
             self.joint_ids, self.joint_served, self._joint_key = ids, None, None
             self.joint_windows = None
+            self.window, self.window_job = None, None  # a one-job window is over
             for j in active:
                 self.serving.pop(j.spec.id, None)
         self.joint_training = training

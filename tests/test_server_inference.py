@@ -75,13 +75,13 @@ def test_inference_alone_serves_a_measured_feasible_pair_then_re_solves_a_rate_c
     run = run_inference_job(
         gpu,
         _served(batches),
-        5.0,
-        duration_s=170,
+        10.0,
+        duration_s=95,
         budget_w=BUDGET,
         latency_ms=4000.0,
         endpoint=eb.endpoint,
         wall_clock_goal=True,
-        rate_changes=[(140.0, 7.0)],
+        rate_changes=[(75.0, 14.0)],
         on_batch=_watch(eb, seen),
     )
     assert "tuned" in seen, eb.log_tail()
