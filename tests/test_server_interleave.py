@@ -144,7 +144,7 @@ def test_training_then_inference_joins_and_leaves_first(board, batches, train_tr
             seen["st"] = eb.status()
 
     run = run_inference_job(
-        gpu, batches, 10.0, duration_s=40, budget_w=BUDGET, latency_ms=3000,
+        gpu, batches, 10.0, duration_s=70, budget_w=BUDGET, latency_ms=3000,
         endpoint=eb.endpoint, wall_clock_goal=True, on_batch=on_batch,
     )
     left = time.monotonic()

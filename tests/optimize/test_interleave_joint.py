@@ -82,7 +82,9 @@ def _truth(infer: PairTrace, goals, budget, train=None):
             p = [infer.rows[Pair(mode, b)][1] for b in combo]
             wait = sum(t) + (tr.time_ms if tr else 0.0)
             power = max(p + ([tr.power_w] if tr else []))
-            share = sum(g.rate_hz * ti / (b * 1000) for g, ti, b in zip(goals, t, combo))
+            share = sum(
+                g.rate_hz * ti / (b * 1000) for g, ti, b in zip(goals, t, combo, strict=True)
+            )
             ok = power <= budget and share <= 0.9
             for g, b in zip(goals, combo, strict=True):
                 ok &= wait <= b * 1000 / g.rate_hz
