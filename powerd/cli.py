@@ -369,7 +369,33 @@ def format_status(s: dict[str, Any]) -> str:
             lines.append(f"      {detail}")
         if j.get("message"):
             lines.append(f"      {j['message']}")
+    lines += _workload_lines(s)
     return "\n".join(lines)
+
+
+def _workload_lines(s: dict[str, Any]) -> list[str]:
+    """Known workloads, training and inference side by side, with what was profiled/fitted."""
+    state = s.get("workload_state") or {}
+    names = s.get("workloads") or sorted(state)
+    if not names:
+        return []
+    lines = [f"workloads {len(names)}"]
+    for name in names:
+        st = state.get(name) or {}
+        parts = []
+        tr = st.get("training")
+        if tr is not None:
+            if "profiled_modes" in tr:
+                fit = f"fitted ({tr['fit_method']})" if tr.get("fitted") else "not fitted"
+                parts.append(f"training: {tr['profiled_modes']} modes profiled, {fit}")
+            else:
+                parts.append("training: stored")
+        inf = st.get("inference")
+        if inf is not None:
+            sizes = ",".join(str(b) for b in inf.get("batch_sizes") or []) or "-"
+            parts.append(f"inference: {inf['pairs_profiled']} pairs profiled (b {sizes})")
+        lines.append(f"  {name:<36} {'; '.join(parts) or 'stored'}")
+    return lines
 
 
 def _ms(v: Any) -> str:

@@ -10,9 +10,11 @@ from __future__ import annotations
 import collections
 import grp
 import itertools
+import json
 import logging
 import os
 import queue
+import socket
 import stat
 import threading
 import time
@@ -45,6 +47,15 @@ REREGISTER_RETRY_S = 3.0
 
 def resolve_endpoint(endpoint: str | None = None) -> str:
     return endpoint or os.environ.get("POWERD_ENDPOINT") or DEFAULT_ENDPOINT
+
+
+def gate_path(endpoint: str) -> str | None:
+    """The daemon's gate socket (a UNIX SOCK_SEQPACKET socket next to an ipc endpoint;
+    None for other transports): entering the gate is one round trip with no ZeroMQ I/O
+    threads in the way (powerd.gate explains)."""
+    if not endpoint.startswith("ipc://"):
+        return None
+    return endpoint[len("ipc://") :] + ".gate"
 
 
 def admin_endpoint(endpoint: str) -> str:
@@ -646,26 +657,51 @@ class InferenceJob(Job):
 class _GateChannel:
     """The socket a managed-interleaving gate is entered through.
 
-    Used from the thread that runs batches (a ZeroMQ socket is not thread-safe, hence the
-    lock), separate from the connection thread so that entering is one round trip with no
-    polling interval in the way. The daemon answers "enter" when the GPU is free; a wait
-    never lasts longer than the JobState's gate_timeout_ms (a daemon that lost the other
-    job, or this one, must not block inference)."""
+    Used from the thread that runs batches or steps (hence the lock), separate from the
+    connection thread so that entering is one round trip with no polling interval in the
+    way: the daemon's gate socket (`gate_path`) when there is one, else a ZeroMQ DEALER on
+    the endpoint. The daemon answers "enter" when the GPU is free; a wait never lasts
+    longer than the JobState's gate_timeout_ms (a daemon that lost the other job, or this
+    one, must not block inference)."""
 
     def __init__(self, endpoint: str):
         self.endpoint = endpoint
         self._sock: zmq.Socket | None = None
+        self._unix: socket.socket | None = None
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
         self.timeouts = 0
 
-    def _socket(self) -> zmq.Socket:
+    def _socket(self) -> zmq.Socket | socket.socket:
+        if self._unix is not None:
+            return self._unix
         if self._sock is None:
+            path = gate_path(self.endpoint)
+            if path is not None and os.path.exists(path):
+                unix = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+                try:
+                    unix.connect(path)
+                except OSError:
+                    unix.close()  # not ours to use (permissions, a stale file): ZeroMQ
+                else:
+                    self._unix = unix
+                    return unix
             sock = zmq.Context.instance().socket(zmq.DEALER)
             sock.setsockopt(zmq.LINGER, 100)
             sock.connect(self.endpoint)
             self._sock = sock
         return self._sock
+
+    def _message(self, state: p.JobState, op: str, size: int, t: float) -> tuple[int, bytes]:
+        # built by hand (a tenth of a pydantic dump): this is every step's cost; the daemon
+        # validates it as any other message
+        msg_id = next(self._ids)
+        job, token = json.dumps(state.job), json.dumps(state.gate_token or "")
+        raw = (
+            f'{{"v":{p.PROTOCOL_VERSION},"id":{msg_id},"type":"gate","job":{job},'
+            f'"token":{token},"op":"{op}","size":{size},"t":{t!r}}}'
+        )
+        return msg_id, raw.encode()
 
     def enter(self, state: p.JobState, size: int) -> float:
         """Block until the daemon opens the gate; returns the seconds waited."""
@@ -673,52 +709,77 @@ class _GateChannel:
         deadline = t0 + state.gate_timeout_ms / 1000.0
         with self._lock:
             sock = self._socket()
-            msg = p.Gate(
-                id=next(self._ids),
-                job=state.job,
-                token=state.gate_token or "",
-                op="enter",
-                size=size,
-                t=t0,
-            )
-            sock.send(p.encode(msg))
+            msg_id, raw = self._message(state, "enter", size, t0)
+            try:
+                sock.send(raw)
+            except OSError:
+                self._drop_unix()  # the daemon went away: run; the next enter reconnects
+                return time.monotonic() - t0
             while True:
                 left = deadline - time.monotonic()
-                if left <= 0 or not sock.poll(max(1, int(left * 1000))):
+                got = self._recv(sock, left) if left > 0 else None
+                if got is None:
                     self.timeouts += 1
                     log.warning(
-                        "powerd: no gate answer within %d ms; running the batch anyway",
+                        "powerd: job %s: no gate answer within %d ms; running anyway",
+                        state.job,
                         state.gate_timeout_ms,
                     )
                     break
+                if got == b"":
+                    break  # the daemon closed the gate socket: run
                 try:
-                    reply = p.decode_reply(sock.recv())
+                    reply = p.decode_reply(got)
                 except ValidationError:
                     continue
-                if reply.id != msg.id:
+                if isinstance(reply, p.Error) and reply.id is None:
+                    # refused before it was read (e.g. rate limited): the answer to this
+                    # enter, as only one is in flight; run rather than wait for nothing
+                    log.warning("powerd: gate: %s: %s", reply.code, reply.message)
+                    break
+                if reply.id != msg_id:
                     continue  # the late answer to an enter that timed out
                 if isinstance(reply, p.Error):
                     log.warning("powerd: gate: %s: %s", reply.code, reply.message)
                 break
         return time.monotonic() - t0
 
+    def _recv(self, sock: zmq.Socket | socket.socket, left_s: float) -> bytes | None:
+        """One message within left_s: None on a timeout, b"" when the daemon closed it."""
+        if isinstance(sock, socket.socket):
+            sock.settimeout(left_s)
+            try:
+                data = sock.recv(65536)
+            except TimeoutError:
+                return None
+            except OSError:
+                data = b""
+            if not data:
+                self._drop_unix()
+            return data
+        if not sock.poll(max(1, int(left_s * 1000))):
+            return None
+        return sock.recv()
+
+    def _drop_unix(self) -> None:
+        if self._unix is not None:
+            self._unix.close()
+            self._unix = None
+
     def leave(self, state: p.JobState, size: int, t: float) -> None:
         with self._lock:
-            msg = p.Gate(
-                id=next(self._ids),
-                job=state.job,
-                token=state.gate_token or "",
-                op="leave",
-                size=size,
-                t=t,
-            )
-            self._socket().send(p.encode(msg))
+            _, raw = self._message(state, "leave", size, t)
+            try:
+                self._socket().send(raw)
+            except OSError:
+                self._drop_unix()
 
     def close(self) -> None:
         with self._lock:
             if self._sock is not None:
                 self._sock.close()
                 self._sock = None
+            self._drop_unix()
 
 
 class _Batch:

@@ -140,6 +140,8 @@ class ControlLoop:
         self._last_mode: PowerMode | None = None
         self._switches: collections.deque[float] = collections.deque(maxlen=64)
         self._catalogue: list[str] = []
+        # stored inference workloads: name -> (inference.json mtime, pairs, batch sizes)
+        self._inference_catalogue: dict[str, tuple[float, int, list[int]]] = {}
         self._catalogue_t = -math.inf
         self._status_line = ""
         self._started = time.monotonic()
@@ -499,6 +501,7 @@ class ControlLoop:
             self._catalogue_t = now
             try:
                 self._catalogue = list(self.store.workloads(self.device.board.key))
+                self._inference_catalogue = self._stored_inference()
             except OSError as exc:
                 log.error("listing stored workloads: %s", exc)
         describe = None
@@ -515,8 +518,11 @@ class ControlLoop:
                 w.name: w.cost.as_dict() for w in self.workloads.values() if w.cost.seconds
             },
             "workloads": sorted(
-                {w.name for w in self.workloads.values() if w.persistent} | set(self._catalogue)
+                {w.name for w in self.workloads.values() if w.persistent}
+                | set(self._catalogue)
+                | set(self._inference_catalogue)
             ),
+            "workload_state": self._workload_state(),
             "workloads_in_memory": [w.name for w in self.workloads.values()],
             "faults": list(self.faults),
             "power_sensor": "frozen" if self.sensor_fault is not None else "ok",
@@ -526,6 +532,57 @@ class ControlLoop:
             self.registry.board_mode = self.device.current_mode
             self.registry.control = control
             self.registry.gate_managed = bool(getattr(self.planner, "manages_gate", False))
+
+    def _stored_inference(self) -> dict[str, tuple[float, int, list[int]]]:
+        """Stored inference workloads and their measured pairs (re-read only when changed)."""
+        base = self.store.workload_dir(self.device.board.key, "x").parent
+        if not base.is_dir():
+            return {}
+        out = {}
+        for d in base.iterdir():
+            path = d / "inference.json"
+            try:
+                mtime = path.stat().st_mtime
+            except OSError:
+                continue
+            known = self._inference_catalogue.get(d.name)
+            if known is not None and known[0] == mtime:
+                out[d.name] = known
+                continue
+            rows = (self.store.load_json(path) or {}).get("pairs") or []
+            sizes = sorted({int(r.get("batch_size", 0)) for r in rows if isinstance(r, dict)})
+            out[d.name] = (mtime, len(rows), sizes)
+        return out
+
+    def _workload_state(self) -> dict[str, dict[str, Any]]:
+        """Per workload name, what is known of it as a training and as an inference workload:
+        modes profiled and the fitted predictor; (mode, batch size) pairs measured (the pair
+        model is refitted from them at each solve, so measured pairs mean fitted)."""
+        out: dict[str, dict[str, Any]] = {}
+        for name in self._catalogue:
+            out.setdefault(name, {})["training"] = {"stored": True}
+        for (kind, name), w in self.workloads.items():
+            if kind != "training" or not (w.persistent or w.samples):
+                continue
+            out.setdefault(name, {})["training"] = {
+                "stored": w.persistent and name in self._catalogue,
+                "profiled_modes": w.profiled_modes(),
+                "fitted": w.predictor is not None,
+                "fit_method": w.fit_method or None,
+            }
+        for name, (_, n, sizes) in self._inference_catalogue.items():
+            out.setdefault(name, {})["inference"] = {
+                "stored": True, "pairs_profiled": n, "batch_sizes": sizes, "fitted": n > 0,
+            }
+        for name, pairs in self.inference_samples.in_memory().items():
+            n = sum(1 for m in pairs.values() if math.isfinite(m.power_w))
+            out.setdefault(name, {})["inference"] = {
+                "stored": name in self._inference_catalogue,
+                "pairs_profiled": n,
+                "batch_sizes": sorted({q.batch_size for q in pairs}),
+                "fitted": n > 0,
+            }
+        return dict(sorted(out.items()))
 
     def _report_status(self) -> None:
         with self.registry.lock:

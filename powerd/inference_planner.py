@@ -22,16 +22,18 @@ Measured pairs are kept per workload in an `InferenceSamples` owned by the contr
 from __future__ import annotations
 
 import collections
+import dataclasses
 import logging
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from powerd.modes import PowerMode
+from powerd.optimize.base import Measurement
 from powerd.optimize.inference import (
     RESOLVE_NEW_PAIRS,
     InferenceGoal,
@@ -43,6 +45,7 @@ from powerd.optimize.inference import (
     ServePair,
     worst_latency_ms,
 )
+from powerd.optimize.interleave import JointJob, JointPlanner, JointTraining, MeasureSet, ServeSet
 from powerd.planner import BoardHooks, JobSpec, JobView
 from powerd.profiler import WindowSpec
 
@@ -126,6 +129,9 @@ class InferenceSamples:
             log.info("inference workload %s: %d stored pairs", name, len(out))
         return out
 
+    def in_memory(self) -> dict[str, dict[Pair, PairMeasurement]]:
+        return dict(self._mem)
+
     def forget(self, live: set[str]) -> None:
         for name in [n for n in self._mem if n not in live]:
             del self._mem[name]
@@ -204,6 +210,23 @@ class _InfJob:
     rate_source: str = "client"  # "client" (register/set_rate) or "observed"
     told_rate: float | None = None  # the rate the client last told us
     resolves: int = 0
+    # reported a batch since registering (or since a shared window it left empty): a job
+    # that runs no batches takes no part in a shared solve and must not stall its windows
+    active: bool = False
+
+
+@dataclass
+class TrainingSide:
+    """The training job in a shared solve (set by the interleaving planner): its predicted
+    step time and power over the grid, what was measured of it, and the gate's holds of
+    its steps while a shared window is open."""
+
+    job_id: str
+    time_ms: np.ndarray
+    power_w: np.ndarray
+    measured: Mapping[PowerMode, Measurement]
+    record: Callable[[PowerMode, Measurement], None]
+    holds: list[tuple[float, float]] = field(default_factory=list)
 
 
 def inference_planner(
@@ -213,8 +236,12 @@ def inference_planner(
 
 
 class InferenceJobsPlanner:
-    """Drives the board for inference jobs: the earliest registered one is served; others
-    wait (`queued`), as training jobs of different workloads do."""
+    """Drives the board for inference jobs. One job: `InferencePlanner` over its pairs.
+    Several (that run batches): one mode for all and a batch size each, chosen jointly by
+    `powerd.optimize.interleave.JointPlanner`, with the GPU gate managed so that batches run
+    one at a time in arrival order, as the joint latency model assumes. A shared window
+    measures every job's pair at the mode at once; jobs joining or leaving re-solve from
+    the pairs already measured."""
 
     kinds = frozenset({"inference"})
 
@@ -243,6 +270,18 @@ class InferenceJobsPlanner:
         self.mode: PowerMode | None = None
         self._planners: dict[tuple[int, ...], InferencePlanner] = {}
         self._fitter: Any = None
+        # several jobs at once (see the class doc)
+        self.joint = JointPlanner()
+        self.joint_served: ServeSet | None = None
+        self.joint_ids: tuple[str, ...] = ()
+        self.joint_windows: dict[str, PairWindow] | None = None
+        self.joint_training: TrainingSide | None = None
+        self._joint_key: Any = None
+
+    @property
+    def manages_gate(self) -> bool:
+        """Several inference jobs share the GPU: their batches take turns at the gate."""
+        return sum(1 for i in self.jobs if i not in self.released) >= 2
 
     # ---- Planner interface ------------------------------------------------------------
     def sync(self, jobs: Sequence[JobSpec], budget_w: float, now: float) -> None:
@@ -252,6 +291,10 @@ class InferenceJobsPlanner:
             self.serving.pop(gone, None)
             if gone == self.window_job:
                 self.window, self.window_job = None, None
+            if gone in self.joint_ids:
+                # the others re-solve at the next tick (together, or the last one alone)
+                self.joint_ids = tuple(i for i in self.joint_ids if i != gone)
+                self.joint_served, self.joint_windows, self._joint_key = None, None, None
         for gone in [i for i in self.released if i not in ids]:
             del self.released[gone]
         budget_changed = budget_w != self.budget_w
@@ -278,8 +321,12 @@ class InferenceJobsPlanner:
         job = self.jobs.get(job_id)
         if job is None or not durations:
             return
-        served = job_id in self.serving
+        served = job_id in self.serving or job_id in self.joint_ids
+        job.active = True
+        jw = None if self.joint_windows is None else self.joint_windows.get(job_id)
         for t, d in zip(ends, durations, strict=False):
+            if jw is not None:
+                jw.add(t - d, t)
             job.batches.append((t - d, t))
             if served and t - d >= job.served_since:
                 job.served_ends.append((t - d, t))
@@ -287,6 +334,11 @@ class InferenceJobsPlanner:
                 self.window.add(t - d, t)
 
     def tick(self, now: float) -> None:
+        active = self._active()
+        if len(active) >= 2:
+            self.tick_joint(active, now)
+            return
+        self._leave_joint()
         job = self._driver()
         if job is None:
             return
@@ -353,18 +405,31 @@ class InferenceJobsPlanner:
                 )
 
     def phase_of(self, job_id: str) -> JobView:
+        view = self._phase_of(job_id)
+        if self.manages_gate:
+            view = dataclasses.replace(view, gate="managed")
+        return view
+
+    def _phase_of(self, job_id: str) -> JobView:
         b = self.budget_w
         if job_id in self.released:
             return JobView("idle", self.released[job_id], None, b)
         job = self.jobs.get(job_id)
         if job is None:
             return JobView("queued", "registered: waiting for the control loop", None, b)
-        driver = self._driver()
         size = self.batch_size.get(job_id)
+        if self.joint_ids:
+            return self._joint_view(job, size)
+        driver = self._driver()
         if driver is not job:
+            why = (
+                "not running batches yet (enter job.batch() for each batch)"
+                if not job.active
+                else f"waiting for inference job {driver.spec.id if driver else '?'} to be served"
+            )
             return JobView(
                 "queued",
-                f"waiting for inference job {driver.spec.id if driver else '?'} to be served",
+                why,
                 None,
                 b,
                 batch_size=size,
@@ -417,6 +482,22 @@ class InferenceJobsPlanner:
             self.released.pop(i, None)
 
     def describe(self) -> dict[str, Any] | None:
+        if self.joint_ids:
+            s, ids = self.joint_served, self.joint_ids
+            return {
+                "planner": "inference",
+                "jobs": list(self.joint_ids),
+                "budget_w": self.budget_w,
+                "state": "profiling" if s is None else "tuned",
+                "measuring": None
+                if self.joint_windows is None
+                else {i: w.pair.batch_size for i, w in self.joint_windows.items()},
+                "committed": None if s is None else s.mode.as_dict(),
+                "batch_sizes": None if s is None else dict(zip(ids, s.sizes, strict=True)),
+                "feasible": None if s is None else dict(zip(ids, s.feasible, strict=True)),
+                "gpu_share": None if s is None else s.gpu_share,
+                "pairs_profiled": {i: len(self.jobs[i].samples) for i in self.joint_ids},
+            }
         job = self._driver()
         if job is None:
             return None
@@ -454,9 +535,27 @@ class InferenceJobsPlanner:
             "best_latency_ms": None if served is None or served.feasible else served.latency_ms,
             "pairs_profiled": len(job.samples),
             "resolves": job.resolves,
+            **self._joint_extra(job_id),
         }
 
+    def _joint_extra(self, job_id: str) -> dict[str, Any]:
+        s = self.joint_served
+        if job_id not in self.joint_ids:
+            return {}
+        out: dict[str, Any] = {"shared_with": [i for i in self.joint_ids if i != job_id]}
+        if s is not None:
+            i = self.joint_ids.index(job_id)
+            out["predicted_latency_ms"] = s.latency_ms[i]
+            out["best_latency_ms"] = None if s.feasible[i] else s.latency_ms[i]
+            out["gpu_share"] = s.gpu_share
+        return out
+
     # ---- internals -----------------------------------------------------------------------
+    def _fitter_or_new(self) -> Any:
+        if self._fitter is None:
+            self._fitter = self.fitter_factory()
+        return self._fitter
+
     def _new_job(self, spec: JobSpec, budget_w: float) -> _InfJob:
         sizes = tuple(sorted(set(spec.batch_sizes or self.settings.batch_sizes)))
         planner = self._planners.get(sizes)
@@ -530,9 +629,220 @@ class InferenceJobsPlanner:
             self.mode = pair.mode
         self.batch_size[job.spec.id] = pair.batch_size
 
-    def _driver(self) -> _InfJob | None:
+    def _live(self) -> list[_InfJob]:
         live = [j for i, j in self.jobs.items() if i not in self.released]
-        return min(live, key=lambda j: j.spec.registered) if live else None
+        return sorted(live, key=lambda j: j.spec.registered)
+
+    def _active(self) -> list[_InfJob]:
+        return [j for j in self._live() if j.active]
+
+    def _driver(self) -> _InfJob | None:
+        """The job served alone: the one that runs batches (the oldest if several do not)."""
+        active = self._active()
+        live = active or self._live()
+        return live[0] if live else None
+
+    # ---- several jobs: one mode, a batch size each ---------------------------------------
+    def tick_joint(
+        self, active: list[_InfJob], now: float, training: TrainingSide | None = None
+    ) -> None:
+        """One step of the shared solve for `active` (>= 2 jobs, or >= 1 with a training
+        job): finish a shared window, or act on the joint planner's answer."""
+        ids = tuple(j.spec.id for j in active)
+        if ids != self.joint_ids:
+            # the set changed (a job joined, left or went quiet): re-solve from the pairs
+            self.joint_ids, self.joint_served, self._joint_key = ids, None, None
+            self.joint_windows = None
+            self.window, self.window_job = None, None  # a one-job window is over
+            for j in active:
+                self.serving.pop(j.spec.id, None)
+        self.joint_training = training
+        if self.joint_windows is not None:
+            if not self._joint_window_done(now):
+                return
+            self._finish_joint(active)
+        key = (
+            tuple((j.spec.id, j.session.goal, len(j.samples)) for j in active),
+            self.budget_w,
+            None if training is None else (training.job_id, len(training.measured)),
+        )
+        if key == self._joint_key and self.joint_served is not None:
+            return  # nothing new to decide from
+        jobs = [
+            JointJob(
+                j.session.goal,
+                j.session.planner,
+                j.samples,
+                can_measure=len(j.samples) < self.settings.max_pairs,
+            )
+            for j in active
+        ]
+        jt = None
+        if training is not None:
+            jt = JointTraining(
+                training.time_ms,
+                training.power_w,
+                training.measured,
+                can_measure=len(training.measured) < 2 * self.settings.max_pairs,
+            )
+        action = self.joint.next_action(jobs, jt)
+        self._joint_key = key
+        if isinstance(action, MeasureSet):
+            self._set_mode(action.mode)
+            t0 = time.monotonic()
+            self.joint_windows = {}
+            for j, b in zip(active, action.sizes, strict=True):
+                pair = Pair(action.mode, b)
+                self.batch_size[j.spec.id] = b
+                self.joint_windows[j.spec.id] = PairWindow(pair, t0, self.spec)
+            if training is not None:
+                training.holds.clear()
+            self.joint_served = None
+            return
+        before = self.joint_served
+        self._set_mode(action.mode)
+        for j, b in zip(active, action.sizes, strict=True):
+            self.batch_size[j.spec.id] = b
+            if before is None or before.sizes != action.sizes or before.mode != action.mode:
+                j.served_ends.clear()
+                j.served_since = time.monotonic() + self.spec.settle_s
+        self.joint_served = action
+        if before is None or (before.mode, before.sizes) != (action.mode, action.sizes):
+            parts = ", ".join(
+                f"{i} b={b} worst-case {lat:.1f} ms{'' if ok else ' (target missed)'}"
+                for i, b, lat, ok in zip(
+                    ids, action.sizes, action.latency_ms, action.feasible, strict=True
+                )
+            )
+            log.info(
+                "%d inference jobs%s share %s: %s; max power %.2f W, GPU share %.2f",
+                len(ids),
+                "" if training is None else f" and training job {training.job_id}",
+                action.mode,
+                parts,
+                action.power_w,
+                action.gpu_share,
+            )
+
+    def _joint_window_done(self, now: float) -> bool:
+        ws = self.joint_windows or {}
+        if all(w.ready(now) for w in ws.values()):
+            tr = self.joint_training
+            if tr is None or len(tr.holds) >= self.spec.min_steps:
+                return True
+        # a job that stopped running batches (or training that gets no turn) must not
+        # stall the window: it ends after a few windows' time with what it has
+        opens = min((w.opens for w in ws.values()), default=now)
+        return now - opens > 4 * self.spec.window_s + 1.0
+
+    def _finish_joint(self, active: list[_InfJob]) -> None:
+        ws = self.joint_windows or {}
+        self.joint_windows = None
+        for j in active:
+            w = ws.get(j.spec.id)
+            if w is None:
+                continue
+            if len(w.batches) < max(1, self.spec.min_steps):
+                # it ran (almost) no batches: out of the shared solve until it runs again
+                j.active = False
+                log.info("job %s: no batches in a shared window: left out for now", j.spec.id)
+                continue
+            m = w.measure(self.hooks.power, self.settings.sensor_lag_s)
+            j.samples[m.pair] = m
+            j.session.measured(m.pair)
+            self.store.save(j.spec.workload, j.spec.persistent)
+            log.info(
+                "job %s: measured %s b=%d (shared): p99 %.1f ms/batch at %.2f W (%d batches)",
+                j.spec.id,
+                m.pair.mode,
+                m.pair.batch_size,
+                m.tail_ms,
+                m.power_w,
+                m.batches,
+            )
+        tr = self.joint_training
+        if tr is not None and ws:
+            w0 = next(iter(ws.values()))
+            mode = w0.pair.mode
+            holds = [h for h in tr.holds if h[0] >= w0.opens]
+            if holds:
+                tw = PairWindow(w0.pair, w0.applied, self.spec, holds)
+                tm = tw.measure(self.hooks.power, self.settings.sensor_lag_s)
+                tr.record(mode, Measurement(mode, tm.batch_ms, tm.power_w, len(holds), False))
+                log.info(
+                    "training job %s: measured %s (shared): %.1f ms/step at %.2f W",
+                    tr.job_id,
+                    mode,
+                    tm.batch_ms,
+                    tm.power_w,
+                )
+            else:
+                tr.record(mode, Measurement(mode, math.nan, math.nan, 0, False))
+            tr.holds.clear()
+
+    def _leave_joint(self) -> None:
+        """Back to one job: it re-solves from its measured pairs (no new profiling)."""
+        if not self.joint_ids:
+            return
+        for i in self.joint_ids:
+            job = self.jobs.get(i)
+            if job is not None:
+                job.session.set_rate(job.session.goal.rate_hz)  # a re-solve, not a search
+                job.session.new_pairs = RESOLVE_NEW_PAIRS
+                self.serving.pop(i, None)
+        self.joint_ids, self.joint_served, self.joint_windows = (), None, None
+        self._joint_key = None
+
+    def _joint_view(self, job: _InfJob, size: int | None) -> JobView:
+        b = self.budget_w
+        if job.spec.id not in self.joint_ids:
+            return JobView(
+                "queued",
+                "sharing the GPU with other inference jobs once it runs batches "
+                "(enter job.batch() for each batch)",
+                None,
+                b,
+                batch_size=size,
+            )
+        s = self.joint_served
+        if s is None:
+            n = len(job.samples)
+            return JobView(
+                "profiling",
+                f"shared with {len(self.joint_ids) - 1} other inference job(s): measuring "
+                f"(mode, batch size) pairs, {n} measured",
+                None,
+                b,
+                batch_size=size,
+            )
+        i = self.joint_ids.index(job.spec.id)
+        if not s.within_budget:
+            return JobView(
+                "idle",
+                "no measured (mode, batch size) pairs stay within the budget together",
+                False,
+                b,
+                batch_size=size,
+                best_latency_ms=s.latency_ms[i],
+            )
+        if s.feasible[i]:
+            return JobView("tuned", "", True, b, batch_size=size)
+        g = job.session.goal
+        return JobView(
+            "tuned",
+            f"latency {g.latency_ms:g} ms cannot be met under {b:g} W at {g.rate_hz:g}/s "
+            f"while sharing the GPU: serving with the best, {s.latency_ms[i]:.1f} ms",
+            False,
+            b,
+            batch_size=size,
+            best_latency_ms=s.latency_ms[i],
+        )
+
+    def _set_mode(self, mode: PowerMode) -> None:
+        if mode != self.mode:
+            self.mode = None  # unknown until the switch succeeded
+            self.hooks.apply_mode(mode)
+            self.mode = mode
 
 
 def _p99(batches: Sequence[tuple[float, float]]) -> float | None:

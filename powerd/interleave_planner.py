@@ -16,6 +16,7 @@ re-solves from the samples already measured (no re-profiling).
 from __future__ import annotations
 
 import collections
+import dataclasses
 import logging
 import math
 import time
@@ -30,6 +31,7 @@ from powerd.inference_planner import (
     InferenceSamples,
     InferenceSettings,
     PairWindow,
+    TrainingSide,
 )
 from powerd.modes import PowerMode
 from powerd.optimize.base import Measurement
@@ -107,6 +109,10 @@ class InterleaveJobsPlanner:
         self.holds: collections.deque[tuple[float, float]] = collections.deque(maxlen=512)
         self._planners: dict[tuple[int, ...], InterleavePlanner] = {}
         self._goal: InterleaveGoal | None = None
+        # several inference jobs with the training job: the shared solve of self.inf
+        self.shared = False
+        self._side: TrainingSide | None = None
+        self._side_key: Any = None
 
     # ---- Planner interface ------------------------------------------------------------
     def sync(self, jobs: Sequence[JobSpec], budget_w: float, now: float) -> None:
@@ -137,6 +143,8 @@ class InterleaveJobsPlanner:
             if job != tid:
                 continue
             self.holds.append((start, end))
+            if self._side is not None and self.inf.joint_windows is not None:
+                self._side.holds.append((start, end))
             if self.probe is not None and start >= self.probe.infer.opens:
                 self.probe.holds.append((start, end))
 
@@ -144,6 +152,21 @@ class InterleaveJobsPlanner:
         tr, ij = self._train_job(), self.inf._driver()
         if tr is None or ij is None or self._goal is None:
             return
+        active = self.inf._active()
+        if len(active) >= 2:
+            # several inference jobs and the training job: one shared solve
+            self.shared = True
+            self.probe, self.served = None, None
+            self.inf.mode = self.mode
+            try:
+                self.inf.tick_joint(active, now, self._training_side(tr, active))
+            finally:
+                self.mode = self.inf.mode
+            return
+        if self.shared:
+            self.shared = False
+            self.inf._leave_joint()
+            self._side, self._side_key = None, None
         name = tr[0].workload
         joint = self.joint_train.setdefault(name, {})
         if self.probe is not None:
@@ -181,6 +204,19 @@ class InterleaveJobsPlanner:
         b = self.budget_w
         if job_id in self.released:
             return JobView("idle", self.released[job_id], None, b)
+        if self.shared and job_id in self.inf.jobs:
+            return dataclasses.replace(self.inf.phase_of(job_id), gate="managed")
+        if self.shared and job_id == self._train_id():
+            js = self.inf.joint_served
+            if js is None:
+                return JobView(
+                    "profiling",
+                    "interleaved with several inference jobs: measuring a mode",
+                    None,
+                    b,
+                    gate="managed",
+                )
+            return JobView("tuned", "", True, b, gate="managed")
         if job_id not in self.train and job_id not in self.inf.jobs:
             return JobView("queued", "registered: waiting for the control loop", None, b)
         size = self.batch_size if job_id == self._inf_id() else None
@@ -227,6 +263,15 @@ class InterleaveJobsPlanner:
         self.inf.resume(job_ids)
 
     def describe(self) -> dict[str, Any] | None:
+        if self.shared:
+            d = dict(self.inf.describe() or {})
+            js = self.inf.joint_served
+            d.update(
+                planner="interleave",
+                training_job=self._train_id(),
+                throughput_bound_hz=None if js is None else js.throughput_hz,
+            )
+            return d
         s = self.served
         return {
             "planner": "interleave",
@@ -242,6 +287,8 @@ class InterleaveJobsPlanner:
         }
 
     def job_extra(self, job_id: str) -> dict[str, Any]:
+        if self.shared and job_id in self.inf.jobs:
+            return {**self.inf.job_extra(job_id), "interleaved": True}
         if job_id in self.inf.jobs:
             out = self.inf.job_extra(job_id)
             out["batch_size"] = self.batch_size
@@ -258,11 +305,44 @@ class InterleaveJobsPlanner:
             return {
                 "interleaved": True,
                 "steps_per_s": rate,
-                "throughput_bound_hz": None if self.served is None else self.served.throughput_hz,
+                "throughput_bound_hz": self._bound(),
             }
         return {}
 
     # ---- internals -----------------------------------------------------------------------
+    def _bound(self) -> float | None:
+        if self.shared:
+            js = self.inf.joint_served
+            return None if js is None else js.throughput_hz
+        return None if self.served is None else self.served.throughput_hz
+
+    def _training_side(self, tr: tuple[JobSpec, Any], active: list[Any]) -> TrainingSide:
+        """The training job for the shared solve: predicted over the grid (its fitted
+        model, else the inference model scaled by what was measured of it), and measured."""
+        joint = self.joint_train.setdefault(tr[0].workload, {})
+        measured = {**tr[1].samples, **joint}
+        key = (tr[0].id, id(tr[1].predictor), len(measured), len(active[0].samples))
+        if self._side is not None and key == self._side_key:
+            return self._side
+        pred = tr[1].predictor
+        if pred is None:
+            sizes = active[0].session.planner.batch_sizes
+            pred = _RatioTrainPredictor(
+                self.inf._fitter_or_new()(active[0].samples), max(sizes), measured
+            )
+        t, p = pred.predict(self.modes)
+        holds = [] if self._side is None else self._side.holds
+        self._side = TrainingSide(
+            tr[0].id,
+            np.asarray(t, float),
+            np.asarray(p, float),
+            measured,
+            joint.__setitem__,
+            holds,
+        )
+        self._side_key = key
+        return self._side
+
     def _train_job(self) -> tuple[JobSpec, Any] | None:
         live = [v for i, v in self.train.items() if i not in self.released]
         return min(live, key=lambda v: v[0].registered) if live else None

@@ -32,12 +32,12 @@ from typing import Any
 import zmq
 
 from powerd import protocol as p
-from powerd.client import admin_endpoint
+from powerd.client import admin_endpoint, gate_path
 from powerd.config import Config
 from powerd.control import ControlLoop
 from powerd.device.coexist import jtop_state
 from powerd.fitting import Fitting
-from powerd.gate import GpuGate
+from powerd.gate import GATE_SOCK, GateListener, GpuGate
 from powerd.hardware import Hardware
 from powerd.planner import JobView
 from powerd.registry import JobRecord, Owner, RateLimiter, Registry, ReplyTo
@@ -134,6 +134,10 @@ class Daemon:
         except Exception as exc:  # noqa: BLE001 - no message may take the daemon down
             log.warning("rejected a message that could not be decoded: %s", type(exc).__name__)
             return p.Error(code="bad_request", message=f"undecodable message: {type(exc).__name__}")
+        if sock == GATE_SOCK and req.type != "gate":
+            return p.Error(
+                id=req.id, code="forbidden", message="the gate socket answers gate messages only"
+            )
         if req.type in p.ADMIN_TYPES and not admin:
             return p.Error(
                 id=req.id,
@@ -305,6 +309,14 @@ class Daemon:
                 return None
             return self.gate.enter(job.id, job.kind, ReplyTo(owner[0], owner[1], req.id), now)
 
+    def poll_ms(self, now: float) -> int:
+        """How long the request loop may sleep: until the gate must cut a hold short."""
+        with self.registry.lock:
+            due = self.gate.busy_until()
+        if due is None:
+            return REQUEST_POLL_MS
+        return max(0, min(REQUEST_POLL_MS, int((due - now) * 1000.0) + 1))
+
     def check_gate(self, now: float) -> None:
         with self.registry.lock:
             self.gate.check(now, set(self.registry.jobs), self.registry.gate_managed)
@@ -445,6 +457,7 @@ class Daemon:
             "profiling": control.get("profiling", {}),
             "workloads": control.get("workloads", []),
             "workloads_in_memory": control.get("workloads_in_memory", []),
+            "workload_state": control.get("workload_state", {}),
             "faults": control.get("faults", []),
             "power_sensor": control.get("power_sensor", "ok"),
             "baseline": self.device.baseline_status(),
@@ -554,6 +567,7 @@ class Server:
                 pass
 
         control = self.daemon.control
+        gate: GateListener | None = None
         try:
             for ep, group, admin in endpoints:
                 _prepare_ipc(ep)
@@ -567,12 +581,19 @@ class Server:
                 poller.register(s, zmq.POLLIN)
                 socks.append((s, admin))
                 log.info("listening on %s%s", ep, " (admin)" if admin else "")
+            gpath = gate_path(cfg.endpoint)
+            if gpath is not None:
+                gate = GateListener(gpath)
+                _set_socket_access("ipc://" + gpath, cfg.socket_group)
+                poller.register(gate.listener.fileno(), zmq.POLLIN)
             poller.register(wake_r, zmq.POLLIN)
             self.daemon.on_reply = wake
             control.start(self.stop_event)
             self.notifier.ready(f"serving {cfg.endpoint}")
-            self._loop(poller, socks, wake_r)
+            self._loop(poller, socks, wake_r, gate)
         finally:
+            if gate is not None:
+                gate.close()
             self.stop_event.set()
             if control.thread is not None:
                 # a control path stuck in the kernel cannot be waited for forever: after
@@ -591,13 +612,26 @@ class Server:
                     path.unlink(missing_ok=True)
             self.daemon.shutdown()
 
-    def _loop(self, poller: zmq.Poller, socks: list[tuple[zmq.Socket, bool]], wake: int) -> None:
+    def _loop(
+        self,
+        poller: zmq.Poller,
+        socks: list[tuple[zmq.Socket, bool]],
+        wake: int,
+        gate: GateListener | None = None,
+    ) -> None:
         d = self.daemon
+
+        def on_gate(identity: bytes, raw: bytes, now: float) -> p.BaseModel | None:
+            return d.handle(identity, raw, False, now, sock=GATE_SOCK)
+
         while not self.stop_event.is_set():
             if not d.control.alive():
                 raise RuntimeError("the control path stopped unexpectedly")
-            events = dict(poller.poll(REQUEST_POLL_MS))
+            events = dict(poller.poll(d.poll_ms(time.monotonic())))
             now = time.monotonic()
+            if gate is not None:
+                for fd in [e for e in events if isinstance(e, int) and e != wake]:
+                    gate.on_readable(fd, now, on_gate, poller)
             for idx, (s, admin) in enumerate(socks):
                 if s not in events:
                     continue
@@ -619,6 +653,10 @@ class Server:
                 except BlockingIOError:
                     pass
             for to, reply in d.take_replies():
+                if to.sock == GATE_SOCK:
+                    if gate is not None:
+                        gate.send(to.identity, reply, poller)
+                    continue
                 socks[to.sock][0].send_multipart([to.identity, p.encode(reply)])
 
     def install_signal_handlers(self) -> None:

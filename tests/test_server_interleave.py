@@ -92,21 +92,50 @@ def _switch_ms(eb, kind: str) -> float | None:
     return None
 
 
+class _Stop(Exception):
+    pass
+
+
+class _Trainer:
+    """A training job on the emulated GPU in a thread, until `stop()` (or `max_s`)."""
+
+    def __init__(self, eb, trace, gpu, max_s: float = 60.0, on_step=None):
+        self.stop_event = threading.Event()
+        self.steps = 0
+
+        def hook(job, run) -> None:
+            self.steps = run.steps
+            if on_step is not None:
+                on_step(job, run)
+            if self.stop_event.is_set():
+                raise _Stop  # leaves the job's `with` block: the job closes
+
+        def target() -> None:
+            try:
+                run_training_job(
+                    eb.root, trace, BUDGET, "mobilenet", SCALE, endpoint=eb.endpoint,
+                    stay_tuned_s=1000, max_s=max_s, gpu=gpu, on_step=hook,
+                )
+            except _Stop:
+                pass
+
+        self.thread = threading.Thread(target=target)
+        self.thread.start()
+
+    def is_alive(self) -> bool:
+        return self.thread.is_alive()
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        self.thread.join(30)
+
+
 def test_training_then_inference_joins_and_leaves_first(board, batches, train_trace) -> None:
     eb, gpu = board
+    _seed(eb, batches, ("emulated-inference",), train_trace)
     before = knob_snapshot(eb.root)
-    out: dict = {}
-    trainer = threading.Thread(
-        target=lambda: out.setdefault(
-            "run",
-            run_training_job(
-                eb.root, train_trace, BUDGET, "mobilenet", SCALE,
-                endpoint=eb.endpoint, stay_tuned_s=1000, max_s=45, gpu=gpu,
-            ),
-        )
-    )
-    trainer.start()
-    assert _wait(lambda: _phase_of(eb, "training") == "tuned", 40), eb.log_tail()
+    trainer = _Trainer(eb, train_trace, gpu)
+    assert _wait(lambda: _phase_of(eb, "training") == "tuned", 20), eb.log_tail()
     alone = eb.status()["mode"]
     seen: dict = {}
 
@@ -141,12 +170,14 @@ def test_training_then_inference_joins_and_leaves_first(board, batches, train_tr
     )
     marker = [ln for ln in eb.daemon_log.read_text().splitlines() if "ended: closed" in ln][0]
     assert not [ln for ln in _measures(eb, marker) if "b=" not in ln]
-    trainer.join()
+    trainer.stop()
+    assert trainer.steps > 0
     assert _wait(lambda: knob_snapshot(eb.root) == before, 8)
 
 
 def test_inference_then_training_joins_and_leaves_first(board, batches, train_trace) -> None:
     eb, gpu = board
+    _seed(eb, batches, ("emulated-inference",), train_trace)
     before = knob_snapshot(eb.root)
     out: dict = {}
     state: dict = {}
@@ -159,7 +190,7 @@ def test_inference_then_training_joins_and_leaves_first(board, batches, train_tr
                     "run",
                     run_training_job(
                         eb.root, train_trace, BUDGET, "mobilenet", SCALE,
-                        endpoint=eb.endpoint, stay_tuned_s=1000, max_s=12, gpu=gpu,
+                        endpoint=eb.endpoint, stay_tuned_s=1000, max_s=5, gpu=gpu,
                     ),
                 )
             )
@@ -174,7 +205,7 @@ def test_inference_then_training_joins_and_leaves_first(board, batches, train_tr
                                  inf.batch_size)
 
     run = run_inference_job(
-        gpu, batches, 10.0, duration_s=160, budget_w=BUDGET, latency_ms=3000,
+        gpu, batches, 10.0, duration_s=75, budget_w=BUDGET, latency_ms=3000,
         endpoint=eb.endpoint, wall_clock_goal=True, on_batch=on_batch,
     )
     assert "trainer" in state, eb.log_tail()
@@ -243,19 +274,10 @@ def test_a_client_dying_while_it_holds_the_gpu_blocks_the_other_at_most_a_heartb
 
 def test_training_then_inference_and_training_leaves_first(board, batches, train_trace) -> None:
     eb, gpu = board
-    out: dict = {}
+    _seed(eb, batches, ("emulated-inference",), train_trace)
     state: dict = {}
-    trainer = threading.Thread(
-        target=lambda: out.setdefault(
-            "run",
-            run_training_job(
-                eb.root, train_trace, BUDGET, "mobilenet", SCALE,
-                endpoint=eb.endpoint, stay_tuned_s=1000, max_s=30, gpu=gpu,
-            ),
-        )
-    )
-    trainer.start()
-    assert _wait(lambda: _phase_of(eb, "training") == "tuned", 28), eb.log_tail()
+    trainer = _Trainer(eb, train_trace, gpu, max_s=9)
+    assert _wait(lambda: _phase_of(eb, "training") == "tuned", 8), eb.log_tail()
 
     def on_batch(inf, run) -> None:
         if inf._state.gate == "managed":
@@ -265,12 +287,12 @@ def test_training_then_inference_and_training_leaves_first(board, batches, train
                 state["alone"] = time.monotonic()
 
     run = run_inference_job(
-        gpu, batches, 10.0, duration_s=110, budget_w=BUDGET, latency_ms=3000,
+        gpu, batches, 10.0, duration_s=65, budget_w=BUDGET, latency_ms=3000,
         endpoint=eb.endpoint, wall_clock_goal=True, on_batch=on_batch,
     )
-    trainer.join()
+    trainer.thread.join()
     assert state.get("managed"), eb.log_tail()
-    assert out["run"].steps > 0
+    assert trainer.steps > 0
     # the training job left first: inference alone again, through the open gate
     assert "alone" in state, eb.log_tail()
     assert run.requests > 0 and run.latencies_ms
@@ -278,12 +300,13 @@ def test_training_then_inference_and_training_leaves_first(board, batches, train
 
 def test_inference_then_training_and_inference_leaves_first(board, batches, train_trace) -> None:
     eb, gpu = board
+    _seed(eb, batches, ("emulated-inference",), train_trace)
     out: dict = {}
     inf_thread = threading.Thread(
         target=lambda: out.setdefault(
             "inf",
             run_inference_job(
-                gpu, batches, 10.0, duration_s=60, budget_w=BUDGET, latency_ms=3000,
+                gpu, batches, 10.0, duration_s=40, budget_w=BUDGET, latency_ms=3000,
                 endpoint=eb.endpoint, wall_clock_goal=True,
             ),
         )
@@ -298,13 +321,202 @@ def test_inference_then_training_and_inference_leaves_first(board, batches, trai
             seen["managed"] = True
         if not inf_thread.is_alive() and job._state.gate == "open" and job.phase == "tuned":
             seen.setdefault("alone_tuned", eb.status()["planner"])
+            raise _Stop  # seen: the training job may end
 
-    run = run_training_job(
-        eb.root, train_trace, BUDGET, "mobilenet", SCALE, endpoint=eb.endpoint,
-        stay_tuned_s=1000, max_s=45, gpu=gpu, on_step=on_step,
-    )
+    trainer = _Trainer(eb, train_trace, gpu, max_s=25, on_step=on_step)
+    trainer.thread.join()
     inf_thread.join()
     assert seen.get("managed"), eb.log_tail()
     # the inference job left first: training continues alone, tuned by the training planner
     assert seen.get("alone_tuned") == "training", eb.log_tail()
-    assert run.steps > 0 and out["inf"].latencies_ms
+    assert trainer.steps > 0 and out["inf"].latencies_ms
+
+
+def _seed(eb, batches, names, train=None, every: int = 12) -> None:
+    """Store measurements for inference workloads `names` and the training workload
+    "mobilenet" (the traces' values on the wall clock, as the daemon would have measured
+    them on a few modes): workloads profiled before are served from what was measured, so
+    these tests spend their time on joining and leaving, not on profiling (which the
+    emulated clients cannot time finely on a loaded machine)."""
+    import json
+
+    from powerd.optimize.base import Measurement
+    from powerd.store import Store
+
+    key = eb.status()["board_key"]
+    store = Store(eb.state_dir)
+    modes = sorted({r.mode for r in batches[4].rows})[::every]
+    if train is not None:  # every mode: the training search has nothing left to measure
+        store.save_samples(key, "mobilenet", {
+            r.mode: Measurement(r.mode, r.time_ms * SCALE, r.power_w, 20) for r in train.rows
+        })
+    rows = []
+    for mode in modes:
+        for b in (4, 16):
+            row = batches[b].lookup(mode)
+            rows.append({
+                **mode.as_dict(), "batch_size": b, "batch_ms": row.time_ms * SCALE,
+                "batch_p99_ms": row.time_ms * SCALE * 1.05, "power_w": row.power_w,
+                "batches": 20,
+            })
+    for name in names:
+        d = store.workload_dir(key, name)
+        d.mkdir(parents=True, exist_ok=True)
+        (d / "inference.json").write_text(json.dumps({"format": 1, "pairs": rows}))
+
+
+def _tuner(eb) -> dict:
+    return eb.status().get("tuner") or {}
+
+
+def test_two_inference_jobs_then_training_joins_and_leaves_first(board, batches, train_trace):
+    """Two inference jobs share the GPU (one mode, a batch size each); a training job joins
+    (the three share it, training gets what the batches leave) and leaves first (the two
+    inference jobs go back to sharing it alone, from their measured pairs)."""
+    eb, gpu = board
+    before = knob_snapshot(eb.root)
+    _seed(eb, batches, ("inf-a", "inf-b"), train_trace)
+    served = {b: t for b, t in batches.items() if b >= 4}
+    runs: dict = {}
+    seen: dict = {}
+    threads = [
+        threading.Thread(
+            target=lambda n=n, r=r: runs.setdefault(
+                n,
+                run_inference_job(
+                    gpu, served, r, duration_s=70, budget_w=BUDGET, latency_ms=5000,
+                    workload=f"inf-{n}", endpoint=eb.endpoint, wall_clock_goal=True, seed=n,
+                ),
+            )
+        )
+        # slack: b=4 batches every 2-2.7 s (trace) leave room for a training step between
+        for n, r in (("a", 2.0), ("b", 1.5))
+    ]
+    for t in threads:
+        t.start()
+    two = _wait(lambda: _tuner(eb).get("state") == "tuned" and len(_tuner(eb).get("jobs") or [])
+                == 2, 8)
+    assert two, eb.log_tail()
+    marker = eb.daemon_log.read_text().count("\n")
+
+    def on_step(job, run) -> None:
+        d = _tuner(eb) if run.steps % 10 == 0 else {}
+        if d.get("planner") == "interleave" and d.get("state") == "tuned":
+            seen.setdefault("three", d)
+
+    tr = run_training_job(
+        eb.root, train_trace, BUDGET, "mobilenet", SCALE, endpoint=eb.endpoint,
+        stay_tuned_s=1.5, max_s=10, gpu=gpu, on_step=on_step,
+    )
+    assert "three" in seen, eb.log_tail()
+    three = seen["three"]
+    assert len(three["jobs"]) == 2 and three["training_job"] is not None
+    assert three["throughput_bound_hz"] is not None and three["throughput_bound_hz"] > 0
+    assert tr.steps > 0
+    # the training job left first: the two inference jobs share the GPU again, re-solved from
+    # what is measured (no inference pair measured after the training job left)
+    back = _wait(lambda: eb.status()["planner"] == "inference"
+                 and _tuner(eb).get("state") == "tuned"
+                 and len(_tuner(eb).get("jobs") or []) == 2, 6)
+    assert back, eb.log_tail()
+    left_at = eb.daemon_log.read_text().splitlines()[marker:]
+    i = next(k for k, ln in enumerate(left_at) if "ended: closed" in ln)
+    assert not [ln for ln in left_at[i:] if re.search(r"measured .* b=\d+", ln)]
+    for t in threads:
+        t.join()
+    for n in ("a", "b"):
+        assert runs[n].feasible is True and runs[n].latencies_ms
+        assert max(runs[n].gate_waits_s) <= HEARTBEAT_MS / 1000.0
+    assert _wait(lambda: knob_snapshot(eb.root) == before, 8)
+
+
+_PAUSING_TRAINER = textwrap.dedent(
+    """
+    import sys, time, powerd
+    job = powerd.request(budget_w=20, workload="pausing", endpoint=sys.argv[1])
+    n = 0
+    while True:
+        job.step()  # under managed interleaving: gives the GPU back, takes it again
+        n += job._state.gate == "managed"
+        if n == 30:
+            print("pausing", flush=True)
+            time.sleep(3600)  # evaluation or a checkpoint, holding the GPU; heartbeats go on
+        time.sleep(0.02)  # the step's work
+    """
+)
+
+_HANGING_BATCH = textwrap.dedent(
+    """
+    import sys, time, powerd
+    inf = powerd.request(kind="inference", budget_w=20, rate_hz=50, latency_ms=2000,
+                         workload="hanging", endpoint=sys.argv[1], batch_sizes=(1, 4))
+    while inf._state.gate != "managed":
+        time.sleep(0.02)
+    with inf.batch(size=inf.batch_size):
+        print("inside", flush=True)
+        time.sleep(3600)
+    """
+)
+
+
+def _spawn(script: str, endpoint: str) -> subprocess.Popen:
+    env = dict(os.environ, PYTHONPATH=os.getcwd())
+    return subprocess.Popen(
+        [sys.executable, "-c", script, endpoint], stdout=subprocess.PIPE, env=env, text=True
+    )
+
+
+def test_a_training_job_pausing_while_it_holds_the_gpu_delays_a_batch_a_few_steps(board):
+    eb, _ = board
+    inf = powerd.request(
+        kind="inference", budget_w=BUDGET, rate_hz=50.0, latency_ms=2000,
+        endpoint=eb.endpoint, batch_sizes=(1, 4),
+    )
+    proc = _spawn(_PAUSING_TRAINER, eb.endpoint)
+    try:
+        for line in proc.stdout:  # type: ignore[union-attr]
+            if line.strip() == "pausing":
+                break
+        assert _wait(lambda: inf._state.gate == "managed", 5)
+        time.sleep(0.05)
+        t0 = time.monotonic()
+        with inf.batch(size=inf.batch_size) as handle:
+            pass
+        waited = time.monotonic() - t0
+        # the trainer is alive (its heartbeats go on): the gate hands the GPU over after a
+        # few of its step times, not after the heartbeat timeout
+        assert proc.poll() is None
+        assert handle.waited_s <= waited < 0.5 * HEARTBEAT_MS / 1000.0, waited
+        assert _wait(lambda: "handed over" in eb.daemon_log.read_text(), 3)
+        # and the next batch does not wait behind the pause again
+        with inf.batch(size=inf.batch_size) as again:
+            pass
+        assert again.waited_s < 0.5 * HEARTBEAT_MS / 1000.0
+    finally:
+        proc.kill()
+        proc.wait()
+        inf.close()
+
+
+def test_an_inference_client_killed_inside_a_batch_blocks_training_at_most_a_heartbeat(board):
+    eb, _ = board
+    job = powerd.request(budget_w=BUDGET, workload="waiting-trainer", endpoint=eb.endpoint)
+    proc = _spawn(_HANGING_BATCH, eb.endpoint)
+    try:
+        assert _wait(lambda: (job.step() or job._state.gate == "managed"), 10)
+        for line in proc.stdout:  # type: ignore[union-attr]
+            if line.strip() == "inside":
+                break
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        t0 = time.monotonic()
+        job.step()  # ends this job's hold: the dead client's batch holds the GPU
+        job.step()  # waits for the GPU
+        waited = time.monotonic() - t0
+        assert waited <= HEARTBEAT_MS / 1000.0 + 0.5, waited
+        # the dead job is dropped: training alone again, through the open gate
+        assert _wait(lambda: eb.status()["planner"] == "training", 5)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        job.close()

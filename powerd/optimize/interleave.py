@@ -20,6 +20,7 @@ k too. As everywhere, only a pair whose *measured* times and powers fit is serve
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -267,3 +268,294 @@ def _best(mask: np.ndarray, score: np.ndarray, tie: np.ndarray) -> int | None:
     if idx.size == 0:
         return None
     return int(idx[np.lexsort((idx, tie[idx], score[idx]))[0]])
+
+
+# ---- several inference jobs (and at most one training job) on one GPU ----------------------
+#
+# The general case of the above: N inference jobs with their own rate r_i, latency target L_i
+# and batch sizes, optionally one training job, one mode for all. The GPU runs one thing at a
+# time in arrival order (the daemon's gate makes it so), so a batch of job i that falls due
+# may wait for one batch of every other job and one training step:
+#
+#     worst-case latency_i = (b_i-1)/r_i + t_i(b_i) + sum_{j != i} t_j(b_j) + t_tr   <= L_i
+#     GPU share            U = sum_j r_j t_j(b_j) / b_j                            <= 0.9
+#     a delayed batch ends before the next falls due: sum_j t_j + t_tr              <= b_i/r_i
+#     power                = max(max_j P_j(b_j), P_tr)                              <= B
+#
+# Objective: with a training job, the most training steps/s, (1 - U) / t_tr (the work-
+# conserving bound); inference only, the least power. With N = 1 these are the rules of
+# InferencePlanner and InterleavePlanner. As everywhere, only a combination whose every part
+# was *measured* (each job's pair at the mode, and the training step there) is served.
+
+
+@dataclass(frozen=True)
+class JointJob:
+    """One inference job as the joint planner sees it: its goal (rate, the board's budget,
+    its latency target), its workload's planner (the pair grid and fitted model) and
+    measured pairs, and whether a new pair may be measured for it (its pair budget)."""
+
+    goal: InferenceGoal
+    planner: object  # powerd.optimize.inference.InferencePlanner
+    samples: Mapping[Pair, PairMeasurement]
+    can_measure: bool = True
+
+
+@dataclass(frozen=True)
+class JointTraining:
+    """The training job: predicted step time and power per mode of the grid, and what was
+    measured (keyed by mode)."""
+
+    time_ms: np.ndarray
+    power_w: np.ndarray
+    measured: Mapping[PowerMode, Measurement]
+    can_measure: bool = True
+
+
+@dataclass(frozen=True)
+class MeasureSet:
+    """Run every job at this mode, job i with batches of sizes[i]; measure them all."""
+
+    mode: PowerMode
+    sizes: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class ServeSet:
+    """Serve every job at this mode with these batch sizes. Per job: its measured worst-case
+    latency and whether it meets its target (`feasible`). `within_budget` False: nothing
+    measured stays within the budget (the lowest power measured, flagged)."""
+
+    mode: PowerMode
+    sizes: tuple[int, ...]
+    latency_ms: tuple[float, ...]
+    feasible: tuple[bool, ...]
+    power_w: float
+    gpu_share: float
+    throughput_hz: float | None = None
+    within_budget: bool = True
+
+
+JointAction = MeasureSet | ServeSet
+
+
+class JointPlanner:
+    """One mode and a batch size per inference job (plus an optional training job).
+
+    Each candidate (mode, b_1..b_N) is scored on the values known for it: measured where
+    measured, else predicted with the margins (a candidate must be likely to fit when
+    measured). Serves the best fully measured candidate, unless a candidate with unmeasured
+    parts is predicted better by more than `min_gain` and those parts may be measured.
+    Without any fit candidate it serves (and measures towards) the lowest worst latency
+    relative to each target within the budget and the GPU share."""
+
+    def __init__(
+        self,
+        *,
+        time_margin: float = 0.03,
+        power_margin_w: float = 0.3,
+        min_gain: float = 0.02,
+        max_share: float = DRAIN_FRACTION,
+    ):
+        self.time_margin = time_margin
+        self.power_margin_w = power_margin_w
+        self.min_gain = min_gain
+        self.max_share = max_share
+
+    def next_action(
+        self, jobs: Sequence[JointJob], training: JointTraining | None = None
+    ) -> JointAction:
+        if not jobs:
+            raise ValueError("no inference job")
+        modes = jobs[0].planner.modes
+        per_job = [self._values(j) for j in jobs]  # (t, p, measured, sizes), each (M, S_j)
+        tvals = None if training is None else self._train_values(training, modes)
+        # the best candidate of each kind so far: ((score, tie), combo, mode index)
+        best: dict[str, tuple[tuple[float, float], tuple[int, ...], int]] = {}
+        low_meas = None  # lowest max power among fully measured candidates
+        m_idx = np.arange(len(modes))
+        for combo in itertools.product(*[range(len(v[3])) for v in per_job]):
+            e = self._eval(jobs, per_job, training, tvals, combo)
+            ok, fit, meas = e["ok"], e["fit"], e["measured"]
+            for mask, score, tie, slot in (
+                (fit & meas, e["primary"], e["worst"], "fit_measured"),
+                (fit & ~meas & e["measurable"], e["primary"], e["worst"], "fit_predicted"),
+                (ok & meas, e["worst"], e["primary"], "relaxed_measured"),
+                (ok & ~meas & e["measurable"], e["worst"], e["primary"], "relaxed_predicted"),
+            ):
+                idx = m_idx[mask]
+                if idx.size == 0:
+                    continue
+                k = idx[np.lexsort((idx, tie[idx], score[idx]))[0]]
+                cand = ((float(score[k]), float(tie[k])), combo, int(k))
+                if slot not in best or cand[0] < best[slot][0]:
+                    best[slot] = cand
+            if meas.any():
+                power = e["power"]
+                k = int(m_idx[meas][np.argmin(power[meas])])
+                if low_meas is None or power[k] < low_meas[0][0]:
+                    low_meas = ((float(power[k]), 0.0), combo, k)
+
+        def gain(pred, cur) -> bool:
+            a, b = pred[0][0], cur[0][0]
+            return a < b - self.min_gain * abs(b)
+
+        # First every target met; then (none can be) the lowest worst latency / target.
+        for kind in ("fit", "relaxed"):
+            meas_c, pred_c = best.get(f"{kind}_measured"), best.get(f"{kind}_predicted")
+            if meas_c is not None:
+                if pred_c is not None and gain(pred_c, meas_c):
+                    return self._measure(per_job, pred_c, modes)
+                if kind == "fit" and training is None:
+                    k = self._step_down(jobs, per_job, tvals, meas_c, modes)
+                    if k is not None:
+                        return self._measure(per_job, (meas_c[0], meas_c[1], k), modes)
+                return self._serve(jobs, per_job, training, meas_c, modes)
+            if pred_c is not None:
+                return self._measure(per_job, pred_c, modes)
+        if low_meas is not None:
+            return self._serve(jobs, per_job, training, low_meas, modes)
+        # Nothing measured, nothing that can be: the lowest predicted power, flagged.
+        sizes0 = tuple(0 for _ in jobs)
+        power = np.max([v[1][:, 0] for v in per_job], axis=0)
+        k = int(np.argmin(np.where(np.isfinite(power), power, np.inf)))
+        return self._serve(jobs, per_job, training, ((0.0, 0.0), sizes0, k), modes)
+
+    def _eval(self, jobs, per_job, training, tvals, combo) -> dict[str, np.ndarray]:
+        """One batch size per job (`combo`, indices) at every mode: the arrays to judge by."""
+        n = len(per_job[0][0])
+        t = [v[0][:, c] for v, c in zip(per_job, combo, strict=True)]
+        pw = [v[1][:, c] for v, c in zip(per_job, combo, strict=True)]
+        meas = np.logical_and.reduce([v[2][:, c] for v, c in zip(per_job, combo, strict=True)])
+        sizes = [v[3][c] for v, c in zip(per_job, combo, strict=True)]
+        share = np.sum(
+            [j.goal.rate_hz * ti / (b * 1000.0) for j, ti, b in zip(jobs, t, sizes, strict=True)],
+            axis=0,
+        )
+        power = np.max(pw, axis=0)
+        wait = np.sum(t, axis=0)
+        measurable = np.ones(n, dtype=bool)
+        for v, c, j in zip(per_job, combo, jobs, strict=True):
+            if not j.can_measure:
+                measurable &= v[2][:, c]
+        if tvals is not None:
+            tt, pt, tmeas = tvals
+            power = np.maximum(power, pt)
+            wait = wait + tt
+            meas = meas & tmeas
+            if not training.can_measure:
+                measurable &= tmeas
+        ok = (power <= min(j.goal.budget_w for j in jobs)) & (share <= self.max_share)
+        worst = np.zeros(n)  # the largest latency / target over the jobs with one
+        nolat = np.zeros(n)  # the summed latency of the jobs without a target
+        for j, b in zip(jobs, sizes, strict=True):
+            ok &= wait <= b * 1000.0 / j.goal.rate_hz
+            lat = (b - 1) * 1000.0 / j.goal.rate_hz + wait
+            if j.goal.latency_ms is None:
+                nolat = nolat + lat
+            else:
+                worst = np.maximum(worst, lat / j.goal.latency_ms)
+        ok &= np.isfinite(power) & np.isfinite(wait)
+        if tvals is not None:
+            primary = -np.maximum(0.0, 1.0 - share) / (tvals[0] / 1000.0)
+        else:
+            primary = nolat * 1e3 + power  # no target: least latency first, then power
+        return {
+            "ok": ok,
+            "fit": ok & (worst <= 1.0),
+            "measured": meas,
+            "measurable": measurable,
+            "primary": primary,
+            "worst": worst,
+            "power": power,
+        }
+
+    def _step_down(self, jobs, per_job, tvals, cand, modes) -> int | None:
+        """Model-free refinement of the least-power pick (as InferencePlanner does): the same
+        batch sizes one step lower on one knob, if predicted to still fit and measurable."""
+        _, combo, k = cand
+        e = self._eval(jobs, per_job, None, tvals, combo)
+        here = modes[k]
+        found = []
+        for axis in range(4):
+            values = np.unique(modes[:, axis])
+            i = int(np.searchsorted(values, here[axis]))
+            if i == 0:
+                continue
+            down = here.copy()
+            down[axis] = values[i - 1]
+            hit = np.flatnonzero((modes == down).all(axis=1))
+            if hit.size and e["fit"][hit[0]] and not e["measured"][hit[0]]:
+                if e["measurable"][hit[0]]:
+                    found.append(int(hit[0]))
+        if not found:
+            return None
+        return min(found, key=lambda i: (float(e["primary"][i]), i))
+
+    # -- helpers ---------------------------------------------------------------------------
+    def _values(self, job: JointJob):
+        """(t, p, measured, sizes): (modes, sizes) arrays of the values to judge each pair by:
+        measured where measured (tail batch time, power while batches ran), else predicted
+        with the margins."""
+        pl = job.planner
+        t, p = pl.predictions(job.samples)
+        n_s = len(pl.batch_sizes)
+        t = np.asarray(t, float).reshape(-1, n_s) * (1 + self.time_margin)
+        p = np.asarray(p, float).reshape(-1, n_s) + self.power_margin_w
+        measured = np.zeros_like(t, dtype=bool)
+        col = {b: i for i, b in enumerate(pl.batch_sizes)}
+        row = {tuple(m): i for i, m in enumerate(pl.modes.tolist())}
+        for pair, m in job.samples.items():
+            i, c = row.get(pair.mode.as_tuple()), col.get(pair.batch_size)
+            if i is None or c is None:
+                continue
+            if not (math.isfinite(m.tail_ms) and math.isfinite(m.power_w)):
+                continue
+            t[i, c], p[i, c], measured[i, c] = m.tail_ms, m.power_w, True
+        return t, p, measured, list(pl.batch_sizes)
+
+    def _train_values(self, tr: JointTraining, modes: np.ndarray):
+        t = np.asarray(tr.time_ms, float) * (1 + self.time_margin)
+        p = np.asarray(tr.power_w, float) + self.power_margin_w
+        measured = np.zeros(len(modes), dtype=bool)
+        row = {tuple(m): i for i, m in enumerate(modes.tolist())}
+        for mode, m in tr.measured.items():
+            i = row.get(mode.as_tuple())
+            if i is None or m.aborted_over_budget:
+                continue
+            if math.isfinite(m.time_ms) and math.isfinite(m.power_w):
+                t[i], p[i], measured[i] = m.time_ms, m.power_w, True
+        return t, p, measured
+
+    @staticmethod
+    def _measure(per_job, cand, modes) -> MeasureSet:
+        _, combo, k = cand
+        sizes = tuple(int(v[3][c]) for v, c in zip(per_job, combo, strict=True))
+        return MeasureSet(PowerMode(*map(int, modes[k])), sizes)
+
+    def _serve(self, jobs, per_job, training, cand, modes) -> ServeSet:
+        _, combo, k = cand
+        sizes = tuple(int(v[3][c]) for v, c in zip(per_job, combo, strict=True))
+        t = [float(v[0][k, c]) for v, c in zip(per_job, combo, strict=True)]
+        p = [float(v[1][k, c]) for v, c in zip(per_job, combo, strict=True)]
+        wait = sum(t)
+        power = max(p)
+        thr = None
+        share = sum(j.goal.rate_hz * ti / (b * 1000.0) for j, ti, b in zip(jobs, t, sizes,
+                                                                            strict=True))
+        if training is not None:
+            tt, pt, _ = self._train_values(training, modes)
+            wait += float(tt[k])
+            power = max(power, float(pt[k]))
+            thr = max(0.0, 1.0 - share) / (float(tt[k]) / 1000.0)
+        lats = tuple(
+            (b - 1) * 1000.0 / j.goal.rate_hz + wait for j, b in zip(jobs, sizes, strict=True)
+        )
+        feasible = tuple(
+            j.goal.latency_ms is None or lat <= j.goal.latency_ms
+            for j, lat in zip(jobs, lats, strict=True)
+        )
+        budget = min(j.goal.budget_w for j in jobs)
+        return ServeSet(
+            PowerMode(*map(int, modes[k])), sizes, lats, feasible, power, share, thr,
+            within_budget=power <= budget,
+        )
