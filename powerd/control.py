@@ -75,6 +75,7 @@ class ControlLoop:
             settle_s=cfg.profiling.settle_ms / 1000.0,
             window_s=cfg.profiling.window_ms / 1000.0,
             min_steps=cfg.profiling.min_steps,
+            refine_share=cfg.profiling.refine_share,
         )
         self.heartbeat_timeout_s = cfg.server.heartbeat_timeout_ms / 1000.0
         self.fit_executor = ThreadPoolExecutor(1, thread_name_prefix="powerd-fit")

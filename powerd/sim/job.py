@@ -31,6 +31,7 @@ class JobRun:
     final_mode: PowerMode | None = None
     final_phase: str = ""
     tuned_after_s: float | None = None
+    first_tuned_mode: PowerMode | None = None  # the mode the job first read `tuned` at
 
 
 def run_training_job(
@@ -48,6 +49,7 @@ def run_training_job(
     on_step: Callable[[powerd.Job, JobRun], None] | None = None,
     set_budget_at: list[tuple[int, float]] | None = None,
     gpu: Gpu | None = None,
+    expected_steps: int | None = None,
 ) -> JobRun:
     """Train until the daemon has held a tuned mode for `stay_tuned_s`, or `max_s` passed.
 
@@ -57,7 +59,9 @@ def run_training_job(
     run = JobRun()
     pending_budgets = sorted(set_budget_at or [])
     t0 = time.monotonic()
-    with powerd.request(budget_w=budget_w, workload=workload, endpoint=endpoint) as job:
+    with powerd.request(
+        budget_w=budget_w, workload=workload, endpoint=endpoint, expected_steps=expected_steps
+    ) as job:
         last_phase = ""
         tuned_since: float | None = None
         step_end = time.monotonic()
@@ -70,6 +74,7 @@ def run_training_job(
                 tuned_since = tuned_since if tuned_since is not None else now
                 if run.tuned_after_s is None:
                     run.tuned_after_s = now - t0
+                    run.first_tuned_mode = job.mode
                 if pending_budgets and run.steps >= pending_budgets[0][0]:
                     job.set_budget(pending_budgets.pop(0)[1])
                     tuned_since = None
