@@ -487,18 +487,24 @@ class Emulator:
             pass
 
     def _drain_events(self) -> None:
+        with self._lock:
+            self._drain_pending()
+            self._flush()
+
+    def _drain_pending(self) -> bool:
+        """Handle the inotify events already queued, without waiting (caller holds the lock
+        and flushes after); True if there were any."""
         assert self._inotify is not None
-        for wd, mask, name in self._inotify.read():
+        events = self._inotify.read()
+        for wd, mask, name in events:
             if mask & _IN_Q_OVERFLOW:
                 log.warning("inotify queue overflow: re-reading every knob file")
                 self._resync()
                 continue
             handler = self._handlers.get((wd, name))
             if handler is not None:
-                with self._lock:
-                    handler(self._file_of(wd, name))
-        with self._lock:
-            self._flush()
+                handler(self._file_of(wd, name))
+        return bool(events)
 
     def _resync(self) -> None:
         """Judge every knob file's current content (start-up, or after lost events)."""
@@ -523,6 +529,11 @@ class Emulator:
                     self._due[name] = now + self.thermal_interval_s
                 else:
                     del self._due[name]
+                    # A kernel handles a write before it returns, so a delayed clock
+                    # change never acts on state older than the writes already made:
+                    # judge those first (a lock written just before the timer fired).
+                    if self._drain_pending():
+                        self._flush()
                     self._follow(name)
 
     # -- write handling ------------------------------------------------------------------

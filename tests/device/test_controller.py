@@ -266,7 +266,10 @@ def test_external_changes_detects_a_rewrite_behind_powerds_back(emulated_agx: Em
         ExternalChange("/sys/kernel/debug/bpmp/debug/clk/emc/mrq_rate_locked", "1", "0") in changes
     )
     assert ExternalChange("/sys/devices/system/cpu/cpu11/online", "0", "1") in changes
-    assert len(changes) == 3, changes
+    # Unlocked, DVFS may already have moved the EMC rate too (as on a real board): the
+    # only change allowed beyond the three writes above.
+    others = [c for c in changes if not c.file.endswith(("max_freq", "mrq_rate_locked", "online"))]
+    assert all(c.file.endswith("/emc/rate") for c in others), changes
     assert ctl.reapply() == mode
     assert ctl.external_changes() == []
 
