@@ -285,12 +285,20 @@ class Tuner:
         action = strategy.refine(self.budget_w, self.workload.samples, room) if room > 0 else None
         if action is None:
             self._refine_done = True
+            log.info(
+                "%s at %g W: nothing more to measure after the commit (%d measured, room %d)",
+                self.workload.name, self.budget_w, self.refined, room,
+            )
             return False
         if not self._switch(action.mode):
             self.state = "deciding"  # put the pinned mode back
             return True
         self.refined += 1
         self._refining = True
+        log.info(
+            "%s at %g W: measuring %s after the commit (%d so far, room %d)",
+            self.workload.name, self.budget_w, action.mode, self.refined, room - 1,
+        )
         self.message = f"measuring a candidate mode while tuned ({self.refined} so far)"
         training = self.workload.kind == "training"
         self.window = ModeWindow(action.mode, self.spec, self.budget_w, time.monotonic(), training)

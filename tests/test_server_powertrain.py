@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -12,6 +13,7 @@ from powerd.predictor.reference import ReferenceModel
 from powerd.sim.harness import EmulatedBoard
 from powerd.sim.job import run_training_job
 from powerd.sim.trace import TRACE_DIR, Trace
+from powerd.store import Store
 
 TS = 0.03
 
@@ -52,6 +54,39 @@ def test_powertrain_pins_a_measured_budget_safe_mode(tuned_board, nano_trace):
     assert nano_trace.lookup(run.final_mode).power_w <= 12.5
     phases = [ph for _, ph in run.phases]
     assert "fitting" in phases  # it transferred the reference model before deciding
+    # a job that does not say how long it runs is not measured after its commit
+    assert "after the commit" not in tuned_board.daemon_log.read_text()
+
+
+def test_a_long_job_keeps_measuring_after_its_first_commit(nano_trace):
+    """request(expected_steps=N): after the first commit the daemon measures promising
+    modes within the budget while the job trains, and ends on the fastest measured."""
+    with EmulatedBoard("orin-nano", nano_trace, time_scale=TS, strategy="powertrain") as b:
+        run = run_training_job(
+            b.root, nano_trace, 13, "long", TS, endpoint=b.endpoint, max_s=240,
+            stay_tuned_s=1.5, expected_steps=200_000,
+        )
+        assert run.final_phase == "tuned", b.log_tail()
+        log = b.daemon_log.read_text()
+        # the job's length reached the strategy: it was asked what to measure after the
+        # commit with room to spare, and measured until nothing more promised a gain
+        # (whether anything did depends on how good the first commit was: the replay
+        # tests in tests/optimize/test_powertrain_refine.py check that it does measure)
+        done = re.search(r"nothing more to measure after the commit \((\d+) measured, room (\d+)",
+                         log)
+        assert done is not None, b.log_tail()
+        measured, room = int(done.group(1)), int(done.group(2))
+        assert room > 0 and len(re.findall(r"measuring .* after the commit", log)) == measured
+        if measured:
+            phases = [ph for _, ph in run.phases]
+            assert "profiling" in phases[phases.index("tuned"):]  # measured, then tuned
+        samples = Store(b.state_dir).load_samples(b.status()["board_key"], "long")
+        assert len(samples) <= 50
+        pinned = samples[run.final_mode]
+        assert pinned.power_w <= 13 and not pinned.aborted_over_budget
+        fitting = [m for m in samples.values() if m.power_w <= 13 and not m.aborted_over_budget]
+        assert pinned.time_ms == min(m.time_ms for m in fitting)
+        assert nano_trace.lookup(run.final_mode).power_w <= 13.5
 
 
 def test_status_says_which_fit_ran(tuned_board):

@@ -46,6 +46,8 @@ from powerd import protocol as p  # noqa: E402
 from powerd.client import call_once  # noqa: E402
 from powerd.errors import PowerdError  # noqa: E402
 from powerd.optimize.replay import (  # noqa: E402
+    consistent_best_time,
+    inconsistent_rows,
     load_trace,
     mixed_order,
     own_range_budgets,
@@ -93,6 +95,7 @@ def main() -> int:
         budgets = mixed_order(budgets, args.seed)
     regime = "new workload per budget" if args.fresh else f"one workload, {args.order} order"
     rows = []
+    bad = inconsistent_rows(trace)
     t_start = time.monotonic()
     with EmulatedBoard(
         args.board, trace, time_scale=args.time_scale, strategy=args.strategy, seed=args.seed
@@ -148,6 +151,7 @@ def main() -> int:
                     new=seen - before,
                     penalty=pen,
                     first_penalty=pen1,
+                    consistent=row.time_ms / consistent_best_time(trace, b, bad) - 1,
                     over=row.power_w - b,
                     decide_s=run.tuned_after_s or 0.0,
                 )
@@ -179,12 +183,12 @@ def main() -> int:
                 )
     if not rows:
         return 1
-    report(args, trace, budgets, rows, status, workloads, mape)
+    report(args, trace, budgets, rows, status, workloads, mape, int(bad.sum()))
     print(f"wall time:                {time.monotonic() - t_start:.0f} s")
     return 0
 
 
-def report(args, trace, budgets, rows, status, workloads, mape) -> None:
+def report(args, trace, budgets, rows, status, workloads, mape, n_bad) -> None:
     pens = [r["penalty"] for r in rows]
     over = [r for r in rows if r["over"] > 0.5]
     print()
@@ -200,6 +204,14 @@ def report(args, trace, budgets, rows, status, workloads, mape) -> None:
         f"mean {100 * statistics.fmean(firsts):.1f} %, worst {100 * max(firsts):.1f} % "
         "(before measuring after the commit)"
     )
+    cons = [r["consistent"] for r in rows if r["consistent"] == r["consistent"]]
+    if cons:
+        print(
+            f"vs rows that are no glitch: median {100 * statistics.median(cons):.1f} %, "
+            f"mean {100 * statistics.fmean(cons):.1f} %, worst {100 * max(cons):.1f} % "
+            f"(best within each budget leaving out the {n_bad} of {len(trace.rows)} rows "
+            "drawing > 1 W less than a mode they dominate in every knob)"
+        )
     print(f"over budget by > 0.5 W:   {len(over)} ({100 * len(over) / len(rows):.1f} % of budgets)")
     new = [r["new"] for r in rows]
     line = f"{sum(new)} in all, per budget mean {statistics.fmean(new):.1f}, max {max(new)}"

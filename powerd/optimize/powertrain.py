@@ -140,7 +140,7 @@ class Tuning:
     # it, and whose expected gain (times that chance) is at least refine_gain.
     refine_fit_prob: float = 0.5
     refine_margin_w: float = 0.0
-    refine_gain: float = 0.003
+    refine_gain: float = 0.001
 
 
 # --------------------------------------------------------------------------- seed plan
