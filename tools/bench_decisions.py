@@ -81,15 +81,22 @@ def main() -> int:
     ap.add_argument("--order", default="mixed", choices=["mixed", "up"], help="without --fresh")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument(
-        "--expected-steps",
-        type=int,
-        default=20000,
-        help="each job's request(expected_steps=): room to measure after the first commit "
-        "([profiling] refine_share of it); 0: unknown length, no measuring after a commit",
+        "--job-hours",
+        type=float,
+        default=1.0,
+        help="each job says it runs this long: request(expected_steps=) is this many hours "
+        "of steps at the trace's median step time (the daemon may measure [profiling] "
+        "refine_share of them after its first commit); 0: unknown length",
     )
+    ap.add_argument("--expected-steps", type=int, help="give expected_steps directly instead")
     args = ap.parse_args()
 
     trace = load_trace(args.trace, args.batch_size)
+    length = ""
+    if args.expected_steps is None:
+        median_s = float(np.median(trace.time_ms)) / 1000.0
+        args.expected_steps = round(args.job_hours * 3600.0 / median_s) if args.job_hours else 0
+        length = f" ({args.job_hours:g} h of steps)" if args.job_hours else ""
     budgets = parse_budgets(args.budgets) if args.budgets else list(own_range_budgets(trace))
     if not args.fresh and args.order == "mixed":
         budgets = mixed_order(budgets, args.seed)
@@ -106,7 +113,7 @@ def main() -> int:
             f"{trace.name} ({sample_label(trace.name)}) on emulated {args.board}, strategy "
             f"{args.strategy}, {regime}, {len(budgets)} budgets "
             f"{min(budgets):g}-{max(budgets):g} W, time scale {args.time_scale:g}, "
-            f"expected_steps {args.expected_steps or 'unknown'}",
+            f"expected_steps {args.expected_steps or 'unknown'}{length}",
             flush=True,
         )
         print(
