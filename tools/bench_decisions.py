@@ -133,8 +133,9 @@ def main() -> int:
                 args.time_scale,
                 endpoint=board.endpoint,
                 # between measurements after the commit the job reads tuned for a settle
-                # + window (0.21 s at 0.03): it ends once the daemon has nothing to measure
-                stay_tuned_s=0.6 if args.expected_steps else 0.3,
+                # + window (0.21 s at 0.03, more on a loaded machine): it ends once the daemon
+                # has nothing more to measure
+                stay_tuned_s=1.0 if args.expected_steps else 0.3,
                 seed=args.seed + i,
                 max_s=300,
                 expected_steps=args.expected_steps or None,
