@@ -169,8 +169,9 @@ class Tuner:
     def _decide(self, now: float) -> bool:
         """Run one strategy step; True if it started something that takes time."""
         w = self.workload
-        known = w.remembered(self.budget_w) if self.strategy is None else None
         # a budget this workload was already tuned for: no profiling, straight to its mode
+        # (not after measuring past the commit: the strategy commits what that found)
+        known = w.remembered(self.budget_w) if self.strategy is None and not self.refined else None
         strategy = self.strategy or w.strategy
         action = (
             Commit(known) if known is not None else strategy.next_action(self.budget_w, w.samples)
