@@ -282,8 +282,11 @@ class Tuner:
         if now - self._held_since < self.spec.settle_s + self.spec.window_s:
             return False
         room = self.refine_room()
+        if room <= 0:  # a job of unknown length, or its share used up
+            self._refine_done = True
+            return False
         strategy = self.strategy or self.workload.strategy
-        action = strategy.refine(self.budget_w, self.workload.samples, room) if room > 0 else None
+        action = strategy.refine(self.budget_w, self.workload.samples, room)
         if action is None:
             self._refine_done = True
             log.info(
