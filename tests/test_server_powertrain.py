@@ -182,3 +182,22 @@ def _mode(r):
     from powerd.modes import PowerMode
 
     return PowerMode(r["cores"], r["cpu_khz"], r["gpu_hz"], r["emc_hz"])
+
+
+def test_predict_finds_an_evicted_workload_whose_name_the_store_slugs(nano_trace):
+    """A workload named with characters the store replaces in its directory name (x@bs1 is
+    stored as x_bs1) is still found by `predict` once evicted from memory."""
+    from powerd import protocol as p
+    from powerd.client import call_once
+
+    with EmulatedBoard(
+        "orin-nano", nano_trace, time_scale=TS, strategy="powertrain",
+        config={"state": {"workloads_in_memory": 1}},
+    ) as b:
+        for name in ("net@bs1", "other"):
+            run = run_training_job(b.root, nano_trace, 15, name, TS, endpoint=b.endpoint,
+                                   max_s=180)
+            assert run.final_phase == "tuned", b.log_tail()
+        reply = call_once(b.endpoint, p.Predict(workload="net@bs1"), timeout_s=30)
+        assert isinstance(reply, p.Predictions), reply
+        assert len(reply.rows) == len(nano_trace.rows)
