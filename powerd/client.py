@@ -873,12 +873,17 @@ def request(
     endpoint: str | None = None,
     batch_sizes: Sequence[int] | None = None,
     step_time_ms: float | None = None,
+    expected_steps: int | None = None,
 ) -> Job | InferenceJob | NoopJob:
     """Ask powerd for a power budget (None = the admin's default) and register this job.
 
     step_time_ms: a training job's step-time target instead (e.g. a round's deadline
     divided by its steps): powerd pins the lowest-power mode whose measured step time
-    meets it, within `budget_w` if given; `job.objective` is then "step_time"."""
+    meets it, within `budget_w` if given; `job.objective` is then "step_time".
+
+    expected_steps: how many steps a training job expects to run. A long job lets powerd
+    keep measuring promising modes after the first commit (each within the budget), and
+    switch to a faster one it finds; unknown (None), it measures only until the commit."""
     ep = resolve_endpoint(endpoint)
     msg = p.Register(
         kind=kind,  # type: ignore[arg-type]
@@ -889,6 +894,7 @@ def request(
         pid=os.getpid(),
         batch_sizes=None if batch_sizes is None else [int(b) for b in batch_sizes],
         step_time_ms=step_time_ms,
+        expected_steps=expected_steps,
     )
     try:
         _check_ipc_path(ep)

@@ -39,7 +39,7 @@ from powerd.optimize.pareto import pareto_front
 from powerd.planner import BoardHooks, JobSpec, JobView, Planner, PlannerRegistry
 from powerd.profiler import WindowSpec
 from powerd.registry import Registry, ReplyTo
-from powerd.store import Store
+from powerd.store import Store, slug
 from powerd.training import TrainingPlanner
 from powerd.tuner import WorkloadState
 from powerd.watchdog import SystemdNotifier
@@ -80,6 +80,7 @@ class ControlLoop:
             settle_s=cfg.profiling.settle_ms / 1000.0,
             window_s=cfg.profiling.window_ms / 1000.0,
             min_steps=cfg.profiling.min_steps,
+            refine_share=cfg.profiling.refine_share,
         )
         self.heartbeat_timeout_s = cfg.server.heartbeat_timeout_ms / 1000.0
         self.fit_executor = ThreadPoolExecutor(1, thread_name_prefix="powerd-fit")
@@ -709,7 +710,9 @@ class ControlLoop:
         """(modes, time_ms, power_w, workload) from the workload's fitted predictor."""
         w = self.workloads.get(("training", name))
         stored = self.store.workloads(self.device.board.key)
-        if w is None and name in stored:
+        # the store lists directory names: a name with other characters (x@bs1) is stored
+        # under its slug, and was not found again once evicted from memory
+        if w is None and slug(name) in stored:
             w = self.workload("training", name, True)
         predictor = None if w is None else w.predictor
         if predictor is None:

@@ -31,6 +31,7 @@ class JobSpec:
     rate_hz: float | None = None
     batch_sizes: tuple[int, ...] | None = None  # inference: the sizes the job can run
     step_time_ms: float | None = None  # the step-time objective's target (None: budget)
+    expected_steps: int | None = None  # training: the job's expected length (None: unknown)
 
 
 @dataclass(frozen=True)

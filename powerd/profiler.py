@@ -31,6 +31,8 @@ class WindowSpec:
     min_abort_samples: int = 3
     pause_factor: float = 8.0  # a gap this many median steps long is a pause
     min_pause_s: float = 1.0
+    # share of a job's expected steps it may spend measuring after its first commit
+    refine_share: float = 0.0
 
 
 @dataclass

@@ -75,6 +75,9 @@ class Register(_Msg):
     # The step-time objective (training): pin the lowest-power mode whose measured step
     # time meets this, within budget_w if one is given. None: the power-budget objective.
     step_time_ms: FiniteFloat | None = Field(None, gt=0)
+    # Training: how many steps the job expects to run (None: unknown). A long job affords
+    # more measurements after its first commit (`[profiling] refine_share` of its steps).
+    expected_steps: int | None = Field(None, ge=1, le=10**12)
 
 
 class Steps(_Msg):

@@ -49,6 +49,7 @@ class JobRecord:
     batch_sizes: tuple[int, ...] | None = None
     gate_token: str = ""  # authenticates Gate messages (they come on another socket)
     step_time_ms: float | None = None  # the step-time objective's target (None: budget)
+    expected_steps: int | None = None  # training: the job's expected length (None: unknown)
     steps: int = 0
     pending: collections.deque[tuple[list[float], list[float]]] = field(
         default_factory=lambda: collections.deque(maxlen=MAX_PENDING_BATCHES)
@@ -66,6 +67,7 @@ class JobRecord:
             rate_hz=self.rate_hz,
             batch_sizes=self.batch_sizes,
             step_time_ms=self.step_time_ms,
+            expected_steps=self.expected_steps,
         )
 
 

@@ -234,6 +234,7 @@ class Daemon:
                 batch_sizes=None if not req.batch_sizes else tuple(req.batch_sizes),
                 gate_token=secrets.token_hex(16),
                 step_time_ms=req.step_time_ms,
+                expected_steps=req.expected_steps,
             )
             reg.add(job)
             reg.claims += 1

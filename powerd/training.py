@@ -103,6 +103,9 @@ class TrainingPlanner:
         self._arbitrate()
         if self.tuner is None:
             return
+        job = self.jobs.get(self.tuner_job or "")
+        if job is not None:  # how long the job runs sizes its measuring after the commit
+            self.tuner.expected_steps = job.spec.expected_steps
         # TunerFailed (switches refused) and anything else reach the control loop, which
         # releases `culprit()` and gives the board back
         self.tuner.tick(now)

@@ -7,6 +7,13 @@ server loop, and once committed keeps guarding the pinned mode's measured power.
     deciding --Measure--> measuring --window done--> deciding
     deciding --Fit------> fitting   --fit done----> deciding
     deciding --Commit---> tuned     --power over budget--> deciding
+                          tuned     --refine (a long job)--> measuring
+
+Refining: a job that said how long it runs (`expected_steps`) keeps measuring the
+strategy's promising modes after the commit (Strategy.refine), each after holding the
+committed mode for one settle + window, within `refine_share` of its expected steps; after
+each window the strategy commits again, so a faster measured mode replaces the pin. The
+job reads `profiling` while a candidate is measured, `tuned` in between.
 """
 
 from __future__ import annotations
@@ -92,8 +99,12 @@ class Tuner:
         self.message = ""
         self.started = time.monotonic()
         self.decided_after_s: float | None = None
-        self._guard_start = 0.0
+        self._guard_start = self._held_since = 0.0
         self._switch_failures = 0
+        self.expected_steps: int | None = None  # the job's expected length (refining room)
+        self.refined = 0  # modes measured after the first commit for this budget
+        self._refining = False  # the window in flight is a refinement
+        self._refine_done = False  # the strategy had nothing more to refine
         self.ticks = 0  # 0: nothing decided yet (a remembered mode may still skip profiling)
 
     @property
@@ -113,6 +124,7 @@ class Tuner:
         self.budget_w = budget_w
         self.committed = None
         self.decided_after_s = None
+        self.refined, self._refine_done = 0, False
         self.started = time.monotonic()
         if self.window is not None:
             self.window.budget_w = budget_w
@@ -149,15 +161,17 @@ class Tuner:
                 if not self._poll_fit():
                     return
             else:
-                self._guard(now)
+                if not self._refine(now):
+                    self._guard(now)
                 return
 
     # -- states ------------------------------------------------------------------------
     def _decide(self, now: float) -> bool:
         """Run one strategy step; True if it started something that takes time."""
         w = self.workload
-        known = w.remembered(self.budget_w) if self.strategy is None else None
         # a budget this workload was already tuned for: no profiling, straight to its mode
+        # (not after measuring past the commit: the strategy commits what that found)
+        known = w.remembered(self.budget_w) if self.strategy is None and not self.refined else None
         strategy = self.strategy or w.strategy
         action = (
             Commit(known) if known is not None else strategy.next_action(self.budget_w, w.samples)
@@ -179,7 +193,7 @@ class Tuner:
             return False
         self.committed = action
         self.state = "tuned"
-        self._guard_start = now
+        self._guard_start = self._held_since = now
         if self.decided_after_s is None:
             self.decided_after_s = now - self.started
         m = w.samples.get(action.mode)
@@ -241,6 +255,59 @@ class Tuner:
         self.hooks.on_sample(w)
         self.window = None
         self.state = "deciding"
+        if self._refining:
+            self._refining = False
+            self.message = ""
+
+    def refine_room(self) -> int:
+        """Modes this job may still measure after its commit: `refine_share` of its
+        expected steps, each measurement costing a settle + window of steps (at least
+        min_steps) at the committed mode's measured speed."""
+        if not self.expected_steps or self.spec.refine_share <= 0 or self.committed is None:
+            return 0
+        m = self.workload.samples.get(self.committed.mode)
+        if m is None or not math.isfinite(m.time_ms) or m.time_ms <= 0:
+            return 0
+        per_probe = max(
+            self.spec.min_steps, (self.spec.settle_s + self.spec.window_s) / (m.time_ms / 1e3)
+        )
+        return int(self.spec.refine_share * self.expected_steps / per_probe) - self.refined
+
+    def _refine(self, now: float) -> bool:
+        """Tuned, after holding the committed mode for one settle + window: measure the
+        strategy's next promising mode if the job affords it. True if a window started."""
+        c = self.committed
+        if self._refine_done or c is None or not c.feasible:
+            return False
+        if now - self._held_since < self.spec.settle_s + self.spec.window_s:
+            return False
+        room = self.refine_room()
+        if room <= 0:  # a job of unknown length, or its share used up
+            self._refine_done = True
+            return False
+        strategy = self.strategy or self.workload.strategy
+        action = strategy.refine(self.budget_w, self.workload.samples, room)
+        if action is None:
+            self._refine_done = True
+            log.info(
+                "%s at %g W: nothing more to measure after the commit (%d measured, room %d)",
+                self.workload.name, self.budget_w, self.refined, room,
+            )
+            return False
+        if not self._switch(action.mode):
+            self.state = "deciding"  # put the pinned mode back
+            return True
+        self.refined += 1
+        self._refining = True
+        log.info(
+            "%s at %g W: measuring %s after the commit (%d so far, room %d)",
+            self.workload.name, self.budget_w, action.mode, self.refined, room - 1,
+        )
+        self.message = f"measuring a candidate mode while tuned ({self.refined} so far)"
+        training = self.workload.kind == "training"
+        self.window = ModeWindow(action.mode, self.spec, self.budget_w, time.monotonic(), training)
+        self.state = "measuring"
+        return True
 
     def _poll_fit(self) -> bool:
         assert self.fit_future is not None

@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -12,6 +13,7 @@ from powerd.predictor.reference import ReferenceModel
 from powerd.sim.harness import EmulatedBoard
 from powerd.sim.job import run_training_job
 from powerd.sim.trace import TRACE_DIR, Trace
+from powerd.store import Store
 
 TS = 0.03
 
@@ -52,6 +54,41 @@ def test_powertrain_pins_a_measured_budget_safe_mode(tuned_board, nano_trace):
     assert nano_trace.lookup(run.final_mode).power_w <= 12.5
     phases = [ph for _, ph in run.phases]
     assert "fitting" in phases  # it transferred the reference model before deciding
+    # a job that does not say how long it runs is not measured after its commit
+    assert "after the commit" not in tuned_board.daemon_log.read_text()
+
+
+def test_a_long_job_keeps_measuring_after_its_first_commit(nano_trace):
+    """request(expected_steps=N): after the first commit the daemon measures promising
+    modes within the budget while the job trains, and ends on the fastest measured."""
+    with EmulatedBoard("orin-nano", nano_trace, time_scale=TS, strategy="powertrain") as b:
+        run = run_training_job(
+            b.root, nano_trace, 13, "long", TS, endpoint=b.endpoint, max_s=240,
+            stay_tuned_s=1.5, expected_steps=200_000,
+        )
+        assert run.final_phase == "tuned", b.log_tail()
+        log = b.daemon_log.read_text()
+        # the job's length reached the strategy: it was asked what to measure after the
+        # commit with room to spare, and measured until nothing more promised a gain
+        # (whether anything did depends on how good the first commit was: the replay
+        # tests in tests/optimize/test_powertrain_refine.py check that it does measure)
+        done = re.search(r"nothing more to measure after the commit \((\d+) measured, room (\d+)",
+                         log)
+        assert done is not None, b.log_tail()
+        measured, room = int(done.group(1)), int(done.group(2))
+        probes = re.findall(r"measuring .* after the commit", log)
+        assert room > 0 and len(probes) == measured, b.log_tail()
+        phases = [ph for _, ph in run.phases]
+        if measured:
+            assert "profiling" in phases[phases.index("tuned"):], phases  # measured, tuned
+        samples = Store(b.state_dir).load_samples(b.status()["board_key"], "long")
+        assert len(samples) <= 50
+        pinned = samples[run.final_mode]
+        assert pinned.power_w <= 13 and not pinned.aborted_over_budget, pinned
+        fitting = [m for m in samples.values() if m.power_w <= 13 and not m.aborted_over_budget]
+        fastest = min(fitting, key=lambda m: m.time_ms)
+        assert pinned.time_ms == fastest.time_ms, (pinned, fastest, b.log_tail())
+        assert nano_trace.lookup(run.final_mode).power_w <= 13.5
 
 
 def test_status_says_which_fit_ran(tuned_board):
@@ -145,3 +182,22 @@ def _mode(r):
     from powerd.modes import PowerMode
 
     return PowerMode(r["cores"], r["cpu_khz"], r["gpu_hz"], r["emc_hz"])
+
+
+def test_predict_finds_an_evicted_workload_whose_name_the_store_slugs(nano_trace):
+    """A workload named with characters the store replaces in its directory name (x@bs1 is
+    stored as x_bs1) is still found by `predict` once evicted from memory."""
+    from powerd import protocol as p
+    from powerd.client import call_once
+
+    with EmulatedBoard(
+        "orin-nano", nano_trace, time_scale=TS, strategy="powertrain",
+        config={"state": {"workloads_in_memory": 1}},
+    ) as b:
+        for name in ("net@bs1", "other"):
+            run = run_training_job(b.root, nano_trace, 15, name, TS, endpoint=b.endpoint,
+                                   max_s=180)
+            assert run.final_phase == "tuned", b.log_tail()
+        reply = call_once(b.endpoint, p.Predict(workload="net@bs1"), timeout_s=30)
+        assert isinstance(reply, p.Predictions), reply
+        assert len(reply.rows) == len(nano_trace.rows)

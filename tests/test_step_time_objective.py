@@ -45,6 +45,7 @@ def train_until_tuned(board, trace, step_time_ms, max_s=120.0, budget_w=30.0, ch
     ) as job:
         assert job.objective == "step_time" and job.step_time_ms == step_time_ms
         t0 = time.monotonic()
+        step_end = t0
         tuned_since = None
         while time.monotonic() - t0 < max_s:
             if job.phase == "tuned":
@@ -54,7 +55,11 @@ def train_until_tuned(board, trace, step_time_ms, max_s=120.0, budget_w=30.0, ch
             else:
                 tuned_since = None
             step = trace.lookup(read_effective_mode(board.root)).time_ms / 1000 * TS
-            time.sleep(step * max(0.5, rng.gauss(1.0, 0.02)))
+            # sleep to a deadline: on a loaded machine a late wake-up (a few ms against
+            # 5-10 ms steps) would otherwise lengthen every measured step and make the
+            # search pin faster, hungrier modes than the target needs
+            step_end = max(step_end + step * max(0.5, rng.gauss(1.0, 0.02)), time.monotonic())
+            time.sleep(max(0.0, step_end - time.monotonic()))
             job.step()
         if check is not None:
             check(job)
@@ -94,5 +99,7 @@ def test_pins_a_low_power_mode_meeting_the_target(nano_trace):
             check=capped_by_the_ceiling,
         )
         assert phase == "tuned" and fastest is not None and "meets" in message
-        # the fastest the search measured (a budget change's few modes: near, not at, the top)
-        assert fastest <= 1.3 * float(nano_trace.time_ms.min()) * TS
+        # it holds the fastest the search measured (a budget change's few modes: near, not
+        # at, the top); judged on the trace, as measured step times stretch under load
+        assert nano_trace.lookup(mode).time_ms <= 1.3 * float(nano_trace.time_ms.min())
+        assert fastest >= 0.9 * nano_trace.lookup(mode).time_ms * TS

@@ -46,6 +46,8 @@ from powerd import protocol as p  # noqa: E402
 from powerd.client import call_once  # noqa: E402
 from powerd.errors import PowerdError  # noqa: E402
 from powerd.optimize.replay import (  # noqa: E402
+    consistent_best_time,
+    inconsistent_rows,
     load_trace,
     mixed_order,
     own_range_budgets,
@@ -78,14 +80,29 @@ def main() -> int:
     ap.add_argument("--fresh", action="store_true", help="a new workload for every budget")
     ap.add_argument("--order", default="mixed", choices=["mixed", "up"], help="without --fresh")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument(
+        "--job-hours",
+        type=float,
+        default=1.0,
+        help="each job says it runs this long: request(expected_steps=) is this many hours "
+        "of steps at the trace's median step time (the daemon may measure [profiling] "
+        "refine_share of them after its first commit); 0: unknown length",
+    )
+    ap.add_argument("--expected-steps", type=int, help="give expected_steps directly instead")
     args = ap.parse_args()
 
     trace = load_trace(args.trace, args.batch_size)
+    length = ""
+    if args.expected_steps is None:
+        median_s = float(np.median(trace.time_ms)) / 1000.0
+        args.expected_steps = round(args.job_hours * 3600.0 / median_s) if args.job_hours else 0
+        length = f" ({args.job_hours:g} h of steps)" if args.job_hours else ""
     budgets = parse_budgets(args.budgets) if args.budgets else list(own_range_budgets(trace))
     if not args.fresh and args.order == "mixed":
         budgets = mixed_order(budgets, args.seed)
     regime = "new workload per budget" if args.fresh else f"one workload, {args.order} order"
     rows = []
+    bad = inconsistent_rows(trace)
     t_start = time.monotonic()
     with EmulatedBoard(
         args.board, trace, time_scale=args.time_scale, strategy=args.strategy, seed=args.seed
@@ -95,12 +112,14 @@ def main() -> int:
         print(
             f"{trace.name} ({sample_label(trace.name)}) on emulated {args.board}, strategy "
             f"{args.strategy}, {regime}, {len(budgets)} budgets "
-            f"{min(budgets):g}-{max(budgets):g} W, time scale {args.time_scale:g}",
+            f"{min(budgets):g}-{max(budgets):g} W, time scale {args.time_scale:g}, "
+            f"expected_steps {args.expected_steps or 'unknown'}{length}",
             flush=True,
         )
         print(
             f"{'budget':>6} {'new':>4} {'chosen (c/cpu/gpu/emc MHz)':>28} {'true ms':>8} "
-            f"{'true W':>7} {'best ms':>8} {'best W':>7} {'penalty':>8} {'over':>6} {'decide s':>8}"
+            f"{'true W':>7} {'best ms':>8} {'best W':>7} {'penalty':>8} {'over':>6} "
+            f"{'decide s':>8} {'1st pen':>8}"
         )
         seen = 0
         for i, b in enumerate(budgets):
@@ -113,9 +132,13 @@ def main() -> int:
                 workload,
                 args.time_scale,
                 endpoint=board.endpoint,
-                stay_tuned_s=0.3,
+                # between measurements after the commit the job reads tuned for a settle
+                # + window (0.21 s at 0.03, more on a loaded machine): it ends once the daemon
+                # has nothing more to measure
+                stay_tuned_s=1.0 if args.expected_steps else 0.3,
                 seed=args.seed + i,
                 max_s=300,
+                expected_steps=args.expected_steps or None,
             )
             samples = store.load_samples(board_key, workload)
             seen = len(samples)
@@ -125,6 +148,8 @@ def main() -> int:
                 continue
             row = trace.lookup(run.final_mode)
             pen = row.time_ms / best.time_ms - 1
+            first_mode = run.first_tuned_mode or run.final_mode
+            pen1 = trace.lookup(first_mode).time_ms / best.time_ms - 1
             m = run.final_mode
             desc = f"{m.cores}/{m.cpu_khz // 1000}/{m.gpu_hz // 10**6}/{m.emc_hz // 10**6}"
             rows.append(
@@ -133,6 +158,8 @@ def main() -> int:
                     first=i == 0,
                     new=seen - before,
                     penalty=pen,
+                    first_penalty=pen1,
+                    consistent=row.time_ms / consistent_best_time(trace, b, bad) - 1,
                     over=row.power_w - b,
                     decide_s=run.tuned_after_s or 0.0,
                 )
@@ -140,7 +167,7 @@ def main() -> int:
             print(
                 f"{b:>6g} {seen - before:>4} {desc:>28} {row.time_ms:>8.1f} {row.power_w:>7.2f} "
                 f"{best.time_ms:>8.1f} {best.power_w:>7.2f} {100 * pen:>7.1f}% "
-                f"{row.power_w - b:>+6.2f} {run.tuned_after_s or 0:>8.1f}",
+                f"{row.power_w - b:>+6.2f} {run.tuned_after_s or 0:>8.1f} {100 * pen1:>7.1f}%",
                 flush=True,
             )
         status = board.status()
@@ -164,12 +191,12 @@ def main() -> int:
                 )
     if not rows:
         return 1
-    report(args, trace, budgets, rows, status, workloads, mape)
+    report(args, trace, budgets, rows, status, workloads, mape, int(bad.sum()))
     print(f"wall time:                {time.monotonic() - t_start:.0f} s")
     return 0
 
 
-def report(args, trace, budgets, rows, status, workloads, mape) -> None:
+def report(args, trace, budgets, rows, status, workloads, mape, n_bad) -> None:
     pens = [r["penalty"] for r in rows]
     over = [r for r in rows if r["over"] > 0.5]
     print()
@@ -179,6 +206,20 @@ def report(args, trace, budgets, rows, status, workloads, mape) -> None:
         f"time penalty:             median {100 * statistics.median(pens):.1f} %, "
         f"mean {100 * statistics.fmean(pens):.1f} %, worst {100 * max(pens):.1f} %"
     )
+    firsts = [r["first_penalty"] for r in rows]
+    print(
+        f"at the first commit:      median {100 * statistics.median(firsts):.1f} %, "
+        f"mean {100 * statistics.fmean(firsts):.1f} %, worst {100 * max(firsts):.1f} % "
+        "(before measuring after the commit)"
+    )
+    cons = [r["consistent"] for r in rows if r["consistent"] == r["consistent"]]
+    if cons:
+        print(
+            f"vs rows that are no glitch: median {100 * statistics.median(cons):.1f} %, "
+            f"mean {100 * statistics.fmean(cons):.1f} %, worst {100 * max(cons):.1f} % "
+            f"(best within each budget leaving out the {n_bad} of {len(trace.rows)} rows "
+            "drawing > 1 W less than a mode they dominate in every knob)"
+        )
     print(f"over budget by > 0.5 W:   {len(over)} ({100 * len(over) / len(rows):.1f} % of budgets)")
     new = [r["new"] for r in rows]
     line = f"{sum(new)} in all, per budget mean {statistics.fmean(new):.1f}, max {max(new)}"

@@ -92,6 +92,7 @@ def run(strategy: str, trace: Trace, args: argparse.Namespace, seed: int) -> Swe
         fitter=fitter,
         noise=NoiseModel(seed=seed),
         share_samples=not args.fresh,
+        refine_room=args.refine,
     )
 
 
@@ -124,6 +125,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--fresh", action="store_true", help="solve every budget from scratch")
     ap.add_argument("--order", default="mixed", choices=("mixed", "up"), help="without --fresh")
     ap.add_argument("--batch-size", type=int, help="inference traces (default: smallest)")
+    ap.add_argument(
+        "--refine", type=int, default=0,
+        help="modes a job may measure after its first commit per budget (Strategy.refine)",
+    )
     ap.add_argument("--set", action="append", default=[], help="tuning knob, e.g. min_gain=0.02")
     ap.add_argument(
         "--step-time",
@@ -190,7 +195,12 @@ def summary_line(strategy: str, trace: str, results: list[SweepResult]) -> str:
     return (
         f"{strategy:13s} {trace:38s} median penalty {100 * np.mean(med):5.1f}% "
         f"(seeds {' '.join(f'{100 * m:.1f}' for m in med)})  "
-        f"mean {100 * np.mean([r.mean_penalty for r in results]):5.1f}%  "
+        f"mean {100 * np.mean([r.mean_penalty for r in results]):5.1f}% "
+        f"worst {100 * np.mean([r.worst_penalty for r in results]):5.1f}% "
+        f"(1st commits mean {100 * np.mean([r.first_mean_penalty for r in results]):5.1f}%; "
+        f"vs non-glitch rows mean "
+        f"{100 * np.mean([r.consistent_mean_penalty for r in results]):5.1f}% worst "
+        f"{100 * np.mean([r.consistent_worst_penalty for r in results]):5.1f}%)  "
         f"over>0.5W {100 * np.mean([r.share_over for r in results]):4.1f}%  "
         f"distinct modes {np.mean([r.distinct_modes for r in results]):5.1f}  "
         f"probes/budget {np.mean([r.probes_per_budget for r in results]):4.1f}  "

@@ -63,6 +63,16 @@ class Strategy(ABC):
     def on_fitted(self, predictor: Predictor) -> None:  # noqa: B027 - optional hook
         """Called by the server after it ran a Fit action off its loop."""
 
+    def refine(
+        self, budget_w: float, samples: Mapping[PowerMode, Measurement], room: int
+    ) -> Measure | None:
+        """After a Commit for `budget_w`, while the job trains on it: a mode worth measuring
+        (predicted within the budget, promising to beat the pinned one), or None. `room`
+        is how many more modes the job can afford. After its window, `next_action` is asked
+        again and commits the fastest measured mode that fits (a better one replaces the
+        pin). Default: nothing to refine."""
+        return None
+
 
 def fits(m: Measurement, budget_w: float) -> bool:
     return (not m.aborted_over_budget) and m.power_w <= budget_w

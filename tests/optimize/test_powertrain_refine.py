@@ -1,0 +1,124 @@
+"""powertrain after the commit (Strategy.refine), replayed with the stand-in predictors: it
+measures only modes the model puts within the budget, keeps to each budget's room, and the
+pin it ends on is the fastest measured mode that fits."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import pytest
+
+from powerd.modes import FIELDS, PowerMode
+from powerd.optimize.base import Action, Commit, Measure, Measurement, Predictor, Strategy, fits
+from powerd.optimize.powertrain import PowerTrain
+from powerd.optimize.replay import (
+    GridSpace,
+    NoiseModel,
+    NoisyOracle,
+    RidgeFitter,
+    inconsistent_rows,
+    replay_sweep,
+)
+from powerd.sim.trace import Trace
+
+
+class Watch(Strategy):
+    """Passes through; records each refine pick with the model's power prediction then, and
+    the measured time of every commit, per budget."""
+
+    def __init__(self, inner: PowerTrain):
+        self.inner = inner
+        self.name = inner.name
+        self.refines: list[tuple[float, PowerMode, float]] = []  # budget, mode, predicted W
+        self.commits: list[tuple[float, PowerMode, float]] = []  # budget, mode, measured ms
+        self.new: dict[float, set[PowerMode]] = {}
+
+    def next_action(self, budget_w: float, samples: Mapping[PowerMode, Measurement]) -> Action:
+        action = self.inner.next_action(budget_w, samples)
+        if isinstance(action, Measure):
+            self.new.setdefault(budget_w, set()).add(action.mode)
+        if isinstance(action, Commit) and action.feasible:
+            self.commits.append((budget_w, action.mode, samples[action.mode].time_ms))
+        return action
+
+    def refine(self, budget_w, samples, room):
+        own = {k: v for k, v in samples.items() if k in self.inner.index}
+        _, p, _, _ = self.inner._corrected(own)
+        action = self.inner.refine(budget_w, samples, room)
+        if action is not None:
+            self.refines.append((budget_w, action.mode, float(p[self.inner.index[action.mode]])))
+            self.new.setdefault(budget_w, set()).add(action.mode)
+        return action
+
+    def on_fitted(self, predictor: Predictor) -> None:
+        self.inner.on_fitted(predictor)
+
+
+def sweep(trace: Trace, budgets, refine_room: int, seed: int = 0, max_modes: int = 50):
+    oracle = NoisyOracle(trace, time_err=0.10, power_err=0.05, jitter=0.02, seed=seed)
+    fitter = RidgeFitter(oracle, [trace.axis(f) for f in FIELDS])
+    watch = Watch(PowerTrain(GridSpace.from_trace(trace), lambda: oracle, max_modes=max_modes))
+    res = replay_sweep(
+        watch, trace, budgets, fitter=fitter, noise=NoiseModel(seed=seed), refine_room=refine_room
+    )
+    return watch, res
+
+
+@pytest.fixture(scope="module")
+def refined(mobilenet: Trace):
+    return sweep(mobilenet, [24.0, 18.0, 35.0, 28.0], refine_room=60)
+
+
+def test_it_measures_after_the_commit_within_each_budgets_room(refined) -> None:
+    watch, res = refined
+    assert watch.refines, "nothing was measured after a commit"
+    assert sum(r.refined for r in res.rows) == len(watch.refines)
+    per_budget = [len(watch.new.get(r.budget_w, ())) for r in res.rows]
+    # the first budget: at most max_modes; each change: change_modes (+1: the min mode)
+    assert per_budget[0] <= 50 and max(per_budget[1:]) <= 5, per_budget
+    assert res.false_commits == 0
+
+
+def test_it_measures_only_modes_predicted_within_the_budget(refined) -> None:
+    watch, _ = refined
+    for budget, _, predicted_w in watch.refines:
+        assert predicted_w <= budget
+
+
+def test_a_faster_measured_mode_replaces_the_pin(refined) -> None:
+    watch, res = refined
+    for row in res.rows:
+        times = [t for b, _, t in watch.commits if b == row.budget_w]
+        # each commit is the fastest measured mode that fits: never slower than the last
+        assert all(b <= a for a, b in zip(times, times[1:], strict=False)), times
+    assert any(r.mode != r.first_mode for r in res.rows), "no refinement ever paid off"
+
+
+def test_no_room_no_refinement(mobilenet: Trace) -> None:
+    watch, res = sweep(mobilenet, [24.0, 18.0], refine_room=0)
+    assert not watch.refines and all(r.refined == 0 for r in res.rows)
+    assert all(r.mode == r.first_mode for r in res.rows)
+    samples = {}
+    strategy = watch.inner
+    assert strategy.refine(24.0, samples, room=5) is None  # nothing measured: nothing to beat
+
+
+def test_refinement_never_pins_a_mode_whose_measurement_is_over(mobilenet: Trace) -> None:
+    watch, res = sweep(mobilenet, [16.0, 30.0, 21.0], refine_room=60, seed=2)
+    for row in res.rows:
+        assert row.feasible
+    for b, mode, _ in watch.commits:
+        assert fits(Measurement(mode, 1.0, mobilenet.lookup(mode).power_w), b + 1.0)
+
+
+def test_inconsistent_rows_flags_a_row_drawing_less_than_a_mode_it_dominates(
+    mobilenet: Trace,
+) -> None:
+    bad = inconsistent_rows(mobilenet)
+    glitch = PowerMode(10, 422400, 624750000, 3199000000)  # 14.35 W; its neighbours 18-22 W
+    i = next(k for k, r in enumerate(mobilenet.rows) if r.mode == glitch)
+    assert bad[i]
+    assert 0 < bad.sum() < 0.1 * len(bad)
+    # the lowest mode dominates nothing: never flagged
+    lo = min(range(len(mobilenet.rows)), key=lambda k: mobilenet.rows[k].mode.as_tuple())
+    assert not bad[lo]
