@@ -174,6 +174,7 @@ class FitStats:
     power_halfwidth_w: float | None = None
     power_halfwidth_rel: float | None = None
     interval_growth: float | None = None
+    interval_growth_power: float | None = None  # None: interval_growth
     time_model: str = "reference"
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -190,6 +191,7 @@ MIN_INTERVAL_SAMPLES = 5
 # the in-sample traces with tools/bench_prediction.py (coverage over every mode near the
 # nominal 90 % across profiled sets of 20-50 spread modes and of the strategy's own sets).
 INTERVAL_GROWTH = 2.0
+INTERVAL_GROWTH_POWER = 2.0
 
 
 def log_coords(modes: np.ndarray) -> np.ndarray:
@@ -403,12 +405,13 @@ class FittedPredictor(Predictor):
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """(time_lo, time_hi, power_w, power_lo, power_hi) of a distance-scaled interval."""
         st, s = self.stats, self.samples
-        g = float(st.interval_growth or 0.0)
+        g_t = float(st.interval_growth or 0.0)
+        g_p = g_t if st.interval_growth_power is None else float(st.interval_growth_power)
         q = log_coords(validate_modes(modes)) if len(t) else np.zeros((0, 4))
         out = []
-        for half, ok, bad, y in (
-            (st.time_halfwidth, s.time_ok, st.time_outliers, t),
-            (st.power_halfwidth_rel, s.power_ok, st.power_outliers, p),
+        for half, ok, bad, y, g in (
+            (st.time_halfwidth, s.time_ok, st.time_outliers, t, g_t),
+            (st.power_halfwidth_rel, s.power_ok, st.power_outliers, p, g_p),
         ):
             if half is None:
                 out += [np.full_like(y, np.nan), np.full_like(y, np.nan)]
@@ -658,6 +661,7 @@ def fit_heads(
         time_outliers=ti[~keep_t].tolist(),
         power_outliers=pi[~keep_p].tolist(),
         interval_growth=INTERVAL_GROWTH,
+        interval_growth_power=INTERVAL_GROWTH_POWER,
         time_model="physical" if time_head.ref_transform == "physical" else "reference",
     )
     if len(loo_t):
@@ -681,7 +685,7 @@ def fit_heads(
         stats.power_halfwidth_w = conformal_halfwidth(true_p - pred)
         d_p = loo_distances(log_coords(s.modes[pi[keep_p]]))
         stats.power_halfwidth_rel = normalised_halfwidth(
-            np.log(true_p / np.maximum(pred, 1e-3)), d_p, INTERVAL_GROWTH
+            np.log(true_p / np.maximum(pred, 1e-3)), d_p, INTERVAL_GROWTH_POWER
         )
     return time_head, power_head, stats
 
@@ -835,6 +839,7 @@ def fit_workload(
     fp.stats.power_halfwidth_w = ridge.stats.power_halfwidth_w
     fp.stats.power_halfwidth_rel = ridge.stats.power_halfwidth_rel
     fp.stats.interval_growth = ridge.stats.interval_growth
+    fp.stats.interval_growth_power = ridge.stats.interval_growth_power
     fp.stats.extra["ridge"] = {
         "time_loo_mape": ridge.stats.time_loo_mape,
         "power_loo_mape": ridge.stats.power_loo_mape,
