@@ -15,6 +15,8 @@ and predict every mode of the trace (`powerctl predict` answers the same). Desig
             daemon's `--fresh` case. Low budgets see only low-power modes.
   grid      k modes by maximin coverage of the grid (powerd.predictor.sampling).
   front     k modes, half on the reference's predicted Pareto front, half coverage.
+  low       k modes by maximin coverage of the modes in the lowest third of the trace's
+            power range (a low budget's view), predictions over every mode.
 Printed per (trace, design, k, time model), over seeds (grid/front: selection seeds;
 strategy: noise seeds) and budgets: time and power MAPE over every mode (mean; strategy also
 the median over its budgets), the share of true values inside the 90 % intervals
@@ -61,6 +63,7 @@ TRACES = (
     ("orin_agx_resnet18_imagenet_infer.csv", 1),
     ("orin_agx_mobilenetv3_gld23k_infer.csv", 1),
 )
+LOW_SHARE = 0.35
 
 
 def judge(fp, trace: Trace) -> dict[str, float]:
@@ -69,9 +72,13 @@ def judge(fp, trace: Trace) -> dict[str, float]:
     return {
         "t_mape": float(np.mean(np.abs(t - tt) / tt) * 100),
         "p_mape": float(np.mean(np.abs(p - tp) / tp) * 100),
-        "t_cov": float(np.mean((tt >= t_lo) & (tt <= t_hi)) * 100),
-        "p_cov": float(np.mean((tp >= p_lo) & (tp <= p_hi)) * 100),
-        # NaN bounds (too few samples to say): no width, and counted as not covering
+        # NaN: too few samples for an interval (counted apart, see "no interval")
+        "t_cov": float(np.mean((tt >= t_lo) & (tt <= t_hi)) * 100)
+        if np.isfinite(t_lo).all()
+        else np.nan,
+        "p_cov": float(np.mean((tp >= p_lo) & (tp <= p_hi)) * 100)
+        if np.isfinite(p_lo).all()
+        else np.nan,
         "t_width": float(np.median(t_hi / t_lo - 1) * 100),
         "p_width": float(np.median(p_hi / p_lo - 1) * 100),
         "n": float(len(fp.samples)),
@@ -105,6 +112,10 @@ def sample_sets(
             if s.time_ok.sum() >= 2 and s.power_ok.sum() >= 2:
                 out.append(s)
         return out
+    if design == "low":
+        low = np.flatnonzero(trace.power_w <= np.quantile(trace.power_w, LOW_SHARE))
+        idx = low[select_modes("grid", modes[low], min(k, len(low)), seed=seed)]
+        return [Samples(modes[idx], trace.time_ms[idx], trace.power_w[idx])]
     pred = ref.predict(modes)
     idx = select_modes(design, modes, k, predicted=pred, seed=seed)
     return [Samples(modes[idx], trace.time_ms[idx], trace.power_w[idx])]
@@ -128,14 +139,14 @@ def main() -> int:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    ap.add_argument("--designs", default="strategy,grid,front")
+    ap.add_argument("--designs", default="strategy,grid,front,low")
     ap.add_argument("--k", default="20,30,50", help="modes for grid/front")
     ap.add_argument("--seeds", default="0,1,2")
     ap.add_argument("--time-model", default="physical", help="physical,reference to compare")
     ap.add_argument(
         "--growth",
-        help="interval growth time:power, several comma-separated to compare (default: "
-        "INTERVAL_GROWTH:INTERVAL_GROWTH_POWER)",
+        help="intervals growth_time:growth_power:extrapolation_time:extrapolation_power, "
+        "several comma-separated to compare (default: the transfer's constants)",
     )
     ap.add_argument("--held-out", action="store_true", help="also the held-out trace")
     ap.add_argument("--only-held-out", action="store_true", help=argparse.SUPPRESS)
@@ -144,7 +155,13 @@ def main() -> int:
 
     growths = [
         tuple(float(x) for x in g.split(":")) for g in (args.growth or "").split(",") if g
-    ] or [(transfer.INTERVAL_GROWTH, transfer.INTERVAL_GROWTH_POWER)]
+    ] or [
+        (
+            transfer.INTERVAL_GROWTH,
+            transfer.INTERVAL_GROWTH_POWER,
+            *transfer.INTERVAL_EXTRAPOLATION,
+        )
+    ]
     ref = ReferenceModel.load()
     seeds = [int(x) for x in args.seeds.split(",")]
     ks = [int(x) for x in args.k.split(",")]
@@ -177,17 +194,19 @@ def main() -> int:
                     sets = [s for sd in seeds for s in sample_sets(trace, ref, opts, design, k, sd)]
                     if not sets:
                         continue
-                    for g_t, g_p in growths:
-                        transfer.INTERVAL_GROWTH, transfer.INTERVAL_GROWTH_POWER = g_t, g_p
+                    for g in growths:
+                        transfer.INTERVAL_GROWTH, transfer.INTERVAL_GROWTH_POWER = g[:2]
+                        if len(g) > 2:
+                            transfer.INTERVAL_EXTRAPOLATION = tuple(g[2:4])
                         rows = [judge(fit_ridge(s, ref, opts), trace) for s in sets]
                         col = {key: [r[key] for r in rows] for key in rows[0]}
                         kk = f"{np.mean(col['n']):.0f}" if design == "strategy" else str(k)
-                        gg = f" g={g_t:g}:{g_p:g}" if len(growths) > 1 else ""
+                        gg = " g=" + ":".join(f"{x:g}" for x in g) if len(growths) > 1 else ""
                         print(
                             f"{trace.name:36} {label:9} {design:8} {kk:>4} {tm + gg:10} "
                             f"{np.mean(col['t_mape']):6.1f} {np.median(col['t_mape']):6.1f} "
                             f"{np.mean(col['p_mape']):6.1f} {np.median(col['p_mape']):6.1f} "
-                            f"{np.mean(col['t_cov']):6.0f} {np.mean(col['p_cov']):6.0f} "
+                            f"{np.nanmean(col['t_cov']):6.0f} {np.nanmean(col['p_cov']):6.0f} "
                             f"{np.nanmean(col['t_width']):6.0f} {np.nanmean(col['p_width']):6.0f}",
                             flush=True,
                         )

@@ -131,7 +131,7 @@ def test_physical_head_survives_save_and_load(reference, resnet_infer, tmp_path)
 
 def test_few_samples_keep_the_reference_head(reference, resnet_infer) -> None:
     modes = resnet_infer.modes_array
-    idx = select_modes("grid", modes, 6, seed=0)
+    idx = select_modes("grid", modes, 3, seed=0)
     fp = fit_ridge(profile(resnet_infer, idx), reference)
     assert fp.stats.time_model == "reference"
     assert np.all(np.isfinite(fp.predict(modes)[0]))
