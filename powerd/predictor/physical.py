@@ -71,16 +71,19 @@ def fit_weights(x: np.ndarray, time_ms: np.ndarray) -> np.ndarray:
 
 def loo_log_ratio(x: np.ndarray, time_ms: np.ndarray, coef: np.ndarray) -> np.ndarray:
     """log(full-fit prediction / leave-one-out prediction) at each sample: how much each
-    sample's own presence pulled the physical model towards it (for honest residuals)."""
+    sample's own presence pulled the physical model towards it (for honest residuals).
+    Closed form for least squares on the full fit's non-zero terms (a left-out sample rarely
+    changes which terms are non-zero; refitting the NNLS k times cost ~100 ms at k = 50)."""
     k = len(time_ms)
-    full = np.maximum(x @ coef, 1e-9)
     out = np.zeros(k)
-    if k < 3:
+    active = np.asarray(coef) > 0
+    if k < 3 or not active.any():
         return out
-    mask = np.ones(k, dtype=bool)
-    for i in range(k):
-        mask[i] = False
-        c = fit_weights(x[mask], time_ms[mask])
-        mask[i] = True
-        out[i] = np.log(full[i] / max(float(x[i] @ c), 1e-9))
-    return out
+    t = np.asarray(time_ms, dtype=np.float64)
+    a = x[:, active] / t[:, None]
+    q, _ = np.linalg.qr(a)
+    lev = np.minimum(np.sum(q**2, axis=1), 1.0 - 1e-6)
+    rel = 1.0 - a @ np.asarray(coef)[active]  # (t - prediction) / t
+    loo_pred = t * (1.0 - rel / (1.0 - lev))
+    full = np.maximum(x @ coef, 1e-9)
+    return np.log(full / np.maximum(loo_pred, 1e-3 * t))
