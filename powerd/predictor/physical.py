@@ -23,6 +23,7 @@ from powerd.predictor.features import PHYSICAL_TIME, mode_features
 # Scale of the reference-time column (ms): keeps it in the range of the monomials (~0.1-10)
 # so the active-set solver's tolerances mean the same for every column.
 REF_UNIT_MS = 100.0
+HIGH_LEVERAGE = 0.5
 
 
 def nnls(a: np.ndarray, b: np.ndarray, max_iter: int | None = None) -> np.ndarray:
@@ -85,5 +86,12 @@ def loo_log_ratio(x: np.ndarray, time_ms: np.ndarray, coef: np.ndarray) -> np.nd
     lev = np.minimum(np.sum(q**2, axis=1), 1.0 - 1e-6)
     rel = 1.0 - a @ np.asarray(coef)[active]  # (t - prediction) / t
     loo_pred = t * (1.0 - rel / (1.0 - lev))
+    # A sample that alone supports a term (leverage near 1: a corner of the grid) changes
+    # the terms when left out, where the closed form blows up: refit those exactly.
+    mask = np.ones(k, dtype=bool)
+    for i in np.flatnonzero(lev > HIGH_LEVERAGE):
+        mask[i] = False
+        loo_pred[i] = float(x[i] @ fit_weights(x[mask], t[mask]))
+        mask[i] = True
     full = np.maximum(x @ coef, 1e-9)
     return np.log(full / np.maximum(loo_pred, 1e-3 * t))

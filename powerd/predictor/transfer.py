@@ -3,12 +3,19 @@
 Two methods, both ending in a self-contained ONNX model (modes -> time_ms, power_w):
 
 * ``"ridge"``: a closed-form refit, in numpy, of each model's last layer. The inputs are
-  the reference's penultimate activations ``h`` plus the reference's own prediction ``r``;
-  the target is log step time (power: W). ``r`` and the intercept are unpenalised and
-  ``h``'s weights are ridge-penalised, so with few samples the fit shrinks towards "the
-  reference, rescaled" and departs from it only where the samples agree. The ridge
-  strength is chosen by exact leave-one-out error, and gross outliers are left out (see
-  :func:`_trimmed`). ~10-50 ms per fit, no torch.
+  the reference's penultimate activations ``h`` plus an anchor ``r``; the target is log
+  step time (power: W). ``r`` and the intercept are unpenalised and ``h``'s weights are
+  ridge-penalised, so with few samples the fit shrinks towards the anchor and departs from
+  it only where the samples agree. The ridge strength is chosen by exact leave-one-out
+  error, and gross outliers are left out (see :func:`_trimmed`). The power anchor is the
+  reference's power. The time anchor (from 4 samples on, ``RidgeOptions.time_model``) is
+  the log of a *physical* time model fitted first (:mod:`powerd.predictor.physical`: a
+  non-negative sum of a constant, 1/f_gpu, 1/f_emc, 1/f_cpu, 1/(cores*f_cpu) and the
+  reference's time): the reference was trained on a GPU-bound job, and a workload whose
+  time goes elsewhere (inference at batch size 1: launch-bound on one CPU thread) needs
+  the samples to say which resource dominates; a rescaled reference cannot (time MAPE
+  over every mode of ResNet-18 inference at batch size 1: 9.8 % instead of 43.9 % from the
+  strategy's own profiled modes, tools/bench_prediction.py). ~20-150 ms per fit, no torch.
 * ``"torch-finetune"`` (default of :func:`fit_workload`): every layer of the reference
   ensemble fine-tuned with torch in a worker subprocess
   (:mod:`powerd.predictor.finetune_worker`) on the samples the ridge did not flag as
@@ -147,6 +154,8 @@ class RidgeOptions:
     # Smallest ridge strength on the activations above a physical head: the LOO choice can
     # only see the profiled region, and below 1 it bent predictions away from it.
     physical_min_lambda: float = 1.0
+    # Smallest ridge strength on the power activations (0: any the LOO picks).
+    power_min_lambda: float = 0.0
 
 
 @dataclass
@@ -680,6 +689,7 @@ def fit_heads(
             ref_transform="log" if opts.power_log else "identity",
             out_transform="exp" if opts.power_log else "identity",
             options=opts,
+            min_lambda=opts.power_min_lambda,
         )
 
     time_head, lam_t, loo_t, keep_t = _trimmed(fit_time, len(ti), opts.time_floor, opts)
