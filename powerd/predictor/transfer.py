@@ -211,6 +211,10 @@ MIN_INTERVAL_SAMPLES = 5
 INTERVAL_GROWTH = 1.0  # time
 INTERVAL_GROWTH_POWER = 1.0
 INTERVAL_EXTRAPOLATION = (0.5, 1.0)  # (time, power)
+# No half-width beyond a factor of 4 either way: wider says nothing more, and a fit from a
+# handful of samples with one corner far off (replays of a 9 W budget on Orin Nano, 15 W on
+# ResNet-18 inference) otherwise reported bounds 40-70x apart.
+INTERVAL_MAX_LOG = float(np.log(4.0))
 
 
 def log_coords(modes: np.ndarray) -> np.ndarray:
@@ -461,6 +465,7 @@ class FittedPredictor(Predictor):
                 lo, hi = float(measured[ok].min()), float(measured[ok].max())
                 ly = np.log(np.maximum(y, 1e-9))
                 w = w + ext * (np.maximum(ly - np.log(hi), 0) + np.maximum(np.log(lo) - ly, 0))
+            w = np.minimum(w, INTERVAL_MAX_LOG)
             out += [y * np.exp(-w), y * np.exp(w)]
         return out[0], out[1], p, out[2], out[3]
 

@@ -110,3 +110,13 @@ def test_fits_saved_before_distance_scaling_keep_their_intervals(reference, nano
     t, t_lo, t_hi, p, p_lo, p_hi = fp.predict_interval(nano.modes_array)
     np.testing.assert_allclose(t_hi, t * np.exp(1.5 * 0.1))
     np.testing.assert_allclose(p_lo, p - 1.5 * 0.5)
+
+
+def test_intervals_are_bounded_even_from_a_handful_of_samples(reference, mobilenet) -> None:
+    from powerd.predictor.transfer import INTERVAL_MAX_LOG
+
+    fp = fit_ridge(low_power_samples(mobilenet, 6), reference)
+    t, t_lo, t_hi, p, p_lo, p_hi = fp.predict_interval(mobilenet.modes_array)
+    assert np.all(np.isfinite(t_hi)) and np.all(t_lo > 0)
+    assert np.max(np.log(t_hi / t)) <= INTERVAL_MAX_LOG + 1e-9
+    assert np.max(np.log(p_hi / p)) <= INTERVAL_MAX_LOG + 1e-9
