@@ -146,7 +146,10 @@ class RidgeOptions:
     # "physical": the time head's reference input is the physical time model of
     # powerd.predictor.physical (non-negative time terms plus the reference's time, fitted
     # to the samples), the activations then correct it; "reference": the reference's log
-    # time itself (the first releases' head). Measured by tools/bench_prediction.py.
+    # time itself (the first releases' head); "auto": whichever of the two has the lower
+    # leave-one-out error on the samples (two fits). Measured by tools/bench_prediction.py
+    # and README "Prediction accuracy": "physical" predicts best overall; "auto" kept the
+    # old decisions on GPU-bound training (tools/strategy_replay.py) at some MAPE elsewhere.
     time_model: str = "physical"
     # Fewer usable time samples than this: the "reference" head. From 4 on, the physical
     # head did better on the strategy's own sets (a 9 W budget on Orin Nano profiles 4-5
@@ -358,9 +361,7 @@ def ridge_head(
     coefs, *_ = np.linalg.lstsq(u, t - h @ w, rcond=None)
     a = float(coefs[0])
     b = float(coefs[1]) if u.shape[1] == 2 else (1.0 if use_ref else 0.0)
-    head = Head(
-        a, b, w if np.any(w) else np.zeros(0), ref_transform, out_transform, px, pc, ps
-    )
+    head = Head(a, b, w if np.any(w) else np.zeros(0), ref_transform, out_transform, px, pc, ps)
     resid = target - head.linear(y_ref, h, modes)
     loo = resid / np.maximum(1.0 - lev, 1e-9)
     return head, lam, loo
@@ -643,24 +644,27 @@ def fit_heads(
     ti, pi = np.flatnonzero(s.time_ok), np.flatnonzero(s.power_ok)
     t_target = np.log(s.time_ms[ti])
     t_scale = np.asarray(scaler["time"]["embed_std"])
-    if opts.time_model not in ("physical", "reference"):
+    if opts.time_model not in ("physical", "reference", "auto"):
         raise ValueError(f"unknown time model {opts.time_model!r}")
-    use_phys = opts.time_model == "physical" and opts.time_ref and len(ti) >= opts.min_physical
-    x_phys = physical.design(s.modes[ti], np.exp(e.time_y[ti])) if use_phys else None
+    can_phys = opts.time_ref and len(ti) >= opts.min_physical
+    x_phys = physical.design(s.modes[ti], np.exp(e.time_y[ti])) if can_phys else None
 
-    def fit_time(m: np.ndarray) -> tuple[Head, float | None, np.ndarray]:
+    def fit_reference(m: np.ndarray) -> tuple[Head, float | None, np.ndarray]:
         r = ti[m]
-        if x_phys is None:
-            return ridge_head(
-                e.time_y[r],
-                e.time_h[r],
-                t_target[m],
-                t_scale,
-                use_ref=opts.time_ref,
-                ref_transform="identity",
-                out_transform="exp",
-                options=opts,
-            )
+        return ridge_head(
+            e.time_y[r],
+            e.time_h[r],
+            t_target[m],
+            t_scale,
+            use_ref=opts.time_ref,
+            ref_transform="identity",
+            out_transform="exp",
+            options=opts,
+        )
+
+    def fit_physical(m: np.ndarray) -> tuple[Head, float | None, np.ndarray]:
+        assert x_phys is not None
+        r = ti[m]
         c = physical.fit_weights(x_phys[m], s.time_ms[r])
         phys = (
             np.array(PHYSICAL_TIME, dtype=np.int64),
@@ -681,6 +685,33 @@ def fit_heads(
             min_lambda=opts.physical_min_lambda,
         )
 
+    def honest(fitted: tuple[Head, float | None, np.ndarray, np.ndarray]) -> np.ndarray:
+        """Leave-one-out residuals of a time fit, the physical model's own pull included
+        (the activations' LOO is exact given it)."""
+        head, _, loo, keep = fitted
+        if head.ref_transform != "physical" or len(loo) < 3 or x_phys is None:
+            return loo
+        kt = np.flatnonzero(keep)
+        return loo + head.coef_ref * physical.loo_log_ratio(
+            x_phys[kt],
+            s.time_ms[ti[kt]],
+            np.append(head.phys_coef, head.ref_scale * physical.REF_UNIT_MS),
+        )
+
+    candidates = []
+    if opts.time_model in ("reference", "auto") or x_phys is None:
+        candidates.append(_trimmed(fit_reference, len(ti), opts.time_floor, opts))
+    if opts.time_model in ("physical", "auto") and x_phys is not None:
+        candidates.append(_trimmed(fit_physical, len(ti), opts.time_floor, opts))
+    # "auto": the head whose leave-one-out error is lower (mean squared log ratio).
+    scored = [
+        (float(np.mean(honest(c) ** 2)) if len(c[2]) else np.inf, n)
+        for n, c in enumerate(candidates)
+    ]
+    best = candidates[min(scored)[1]]
+    time_head, lam_t, _, keep_t = best
+    loo_t = honest(best)
+
     p_target = np.log(s.power_w[pi]) if opts.power_log else s.power_w[pi]
     p_scale = np.asarray(scaler["power"]["embed_std"])
 
@@ -698,7 +729,6 @@ def fit_heads(
             min_lambda=opts.power_min_lambda,
         )
 
-    time_head, lam_t, loo_t, keep_t = _trimmed(fit_time, len(ti), opts.time_floor, opts)
     p_floor = 0.05 if opts.power_log else opts.power_floor
     power_head, lam_p, loo_p, keep_p = _trimmed(fit_power, len(pi), p_floor, opts)
     stats = FitStats(
@@ -714,15 +744,6 @@ def fit_heads(
         time_model="physical" if time_head.ref_transform == "physical" else "reference",
     )
     if len(loo_t):
-        if x_phys is not None and len(loo_t) >= 3:
-            # The activations' LOO is exact given the physical model; add how far each
-            # sample pulled the physical model itself, so the residuals stay out-of-sample.
-            kt = np.flatnonzero(keep_t)
-            loo_t = loo_t + time_head.coef_ref * physical.loo_log_ratio(
-                x_phys[kt],
-                s.time_ms[ti[kt]],
-                np.append(time_head.phys_coef, time_head.ref_scale * physical.REF_UNIT_MS),
-            )
         stats.time_loo_mape = float(np.mean(np.abs(np.expm1(-loo_t))) * 100)
         d_t = loo_distances(log_coords(s.modes[ti[keep_t]]))
         stats.time_halfwidth = conformal_halfwidth(loo_t)

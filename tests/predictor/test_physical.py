@@ -161,3 +161,17 @@ def test_closed_form_leave_one_out_matches_refitting() -> None:
     # equal wherever leaving a sample out keeps the same terms (here: everywhere, or nearly)
     assert np.mean(np.abs(fast - slow) < 1e-6) >= 0.9
     assert np.max(np.abs(fast - slow)) < 0.05
+
+
+def test_auto_picks_the_head_with_the_lower_leave_one_out_error(reference, resnet_infer) -> None:
+    modes = resnet_infer.modes_array
+    s = profile(resnet_infer, select_modes("grid", modes, 30, seed=0))
+    auto = fit_ridge(s, reference, replace(RidgeOptions(), time_model="auto"))
+    old = fit_ridge(s, reference, REFERENCE_HEAD)
+    new = fit_ridge(s, reference)
+    # launch-bound: the physical head misses the left-out samples far less, and auto sees it
+    assert new.stats.time_loo_mape < old.stats.time_loo_mape
+    assert auto.stats.time_model == "physical"
+    np.testing.assert_allclose(auto.predict(modes)[0], new.predict(modes)[0], rtol=1e-6)
+    with pytest.raises(ValueError, match="unknown time model"):
+        fit_ridge(s, reference, replace(RidgeOptions(), time_model="bogus"))
