@@ -7,10 +7,10 @@
 Why: the reference was trained on a GPU-bound training job; a workload whose time goes
 elsewhere (inference at batch size 1: kernel launches on one CPU thread) ranks the knobs
 differently, and a refit of the reference's last layer from 20-50 modes cannot turn it
-around (tools/bench_prediction.py: 16-46 % time MAPE on ResNet-18 inference at batch size
+around (tools/bench_prediction.py: 12-44 % time MAPE on ResNet-18 inference at batch size
 1). Six non-negative weights can: the samples say which resource the time goes to, the
-signs keep every prediction monotone in every clock (no wild extrapolation from a
-low-power sample set), and with few samples the fit stays small. Fitted on relative error
+signs keep this model monotone in every clock (no wild extrapolation from a low-power
+sample set), and with few samples the fit stays small. Fitted on relative error
 (weights 1/t), as the targets span 10x.
 """
 
