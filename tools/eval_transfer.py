@@ -68,6 +68,7 @@ RIDGE_VARIANTS = {
     "ridge-logP": RidgeOptions(power_log=True),
     "ridge-noref": RidgeOptions(time_ref=False, power_ref=False),
     "ridge-affine": RidgeOptions(select="fixed", lam=float("inf")),
+    "ridge-refhead": RidgeOptions(time_model="reference"),  # the head before the physical one
     "ridge-lam1": RidgeOptions(select="fixed", lam=1.0),
 }
 TORCH_VARIANTS = {
@@ -168,7 +169,7 @@ def loop_decide(
         for _ in range(max_measure):
             ix = np.asarray(sel, dtype=np.int64)
             th, ph, _ = fit_heads(_rows(e, ix), Samples(modes[ix], tt[ix], tp[ix]), meta, opts)
-            pt, pp = th.apply(e.time_y, e.time_h), ph.apply(e.power_y, e.power_h)
+            pt, pp = th.apply(e.time_y, e.time_h, modes), ph.apply(e.power_y, e.power_h)
             excl = ix[tp[ix] > b]
             i = fastest_under(pt, pp, b, exclude=excl)
             if i is None:
@@ -199,7 +200,8 @@ def fit_predict(
         # Same heads as fit_ridge() exports to ONNX (tests check they agree), applied to the
         # embedding of every mode computed once per trace.
         th, ph, _ = fit_heads(_rows(e_all, idx), s, ref.meta, RIDGE_VARIANTS[variant])
-        return th.apply(e_all.time_y, e_all.time_h), ph.apply(e_all.power_y, e_all.power_h)
+        pt = th.apply(e_all.time_y, e_all.time_h, modes)
+        return pt, ph.apply(e_all.power_y, e_all.power_h)
     if variant in TORCH_VARIANTS:
         # As fit_workload() does it: the ridge's outlier screen, then the torch fine-tuning
         # on the rest. In-process (the daemon runs the same code in a subprocess): the tool

@@ -67,6 +67,20 @@ FEATURE_SETS: dict[str, tuple[tuple[int, int, int, int], ...]] = {
 }
 DEFAULT_FEATURE_SET = "rate"
 
+# The time terms of the transfer's physical time model (powerd.predictor.transfer): a step's
+# time as a non-negative sum of a constant (fixed overheads), work at each clock's rate
+# (1/f_gpu, 1/f_emc, 1/f_cpu for a single-threaded launch/driver path) and CPU work spread
+# over the cores (1/(cores*f_cpu), data loading). A GPU-bound training step and a
+# launch-bound batch-size-1 inference differ in which terms carry the weight, which a few
+# profiled modes pin down; the reference's own predicted time is one more term beside them.
+PHYSICAL_TIME: tuple[tuple[int, int, int, int], ...] = (
+    (0, 0, 0, 0),
+    (0, 0, -1, 0),
+    (0, 0, 0, -1),
+    (0, -1, 0, 0),
+    (-1, -1, 0, 0),
+)
+
 
 def exponents(feature_set: str = DEFAULT_FEATURE_SET) -> np.ndarray:
     """The (F, 4) integer exponent matrix of a named feature set."""

@@ -171,43 +171,100 @@ class Head:
     ``out = g(intercept + coef_ref * r(y) + h @ w)`` with ``r`` = identity or log (the
     reference's own prediction as an input) and ``g`` = identity or exp (the target space:
     log step time, or power in W / log W).
+
+    ``r`` = "physical" (time heads): ``r = log(max(ref_scale * exp(y) + sum_j c_j * m_j(mode),
+    floor))``, a non-negative sum of time terms (:data:`powerd.predictor.features.PHYSICAL_TIME`:
+    a constant, 1/f_gpu, 1/f_emc, 1/f_cpu, 1/(cores*f_cpu)) and the reference's predicted
+    time, fitted by :func:`powerd.predictor.transfer.physical_time`. ``phys_exps`` (F, 4) are
+    the monomials' exponents, ``phys_coef`` (F,) their weights, ``ref_scale`` the reference
+    time's weight. The head then needs the modes as well as ``y`` and ``h``.
     """
 
     intercept: float = 0.0
     coef_ref: float = 1.0
     w: np.ndarray = field(default_factory=lambda: np.zeros(0))
-    ref_transform: str = "identity"  # or "log"
+    ref_transform: str = "identity"  # or "log", "physical"
     out_transform: str = "identity"  # or "exp"
+    phys_exps: np.ndarray = field(default_factory=lambda: np.zeros((0, 4), dtype=np.int64))
+    phys_coef: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    ref_scale: float = 0.0
 
     def __post_init__(self) -> None:
-        for name, v in (("ref_transform", self.ref_transform), ("out", self.out_transform)):
-            if v not in ("identity", "log", "exp"):
-                raise ValueError(f"bad head {name}: {v!r}")
+        if self.ref_transform not in ("identity", "log", "physical"):
+            raise ValueError(f"bad head ref_transform: {self.ref_transform!r}")
+        if self.out_transform not in ("identity", "log", "exp"):
+            raise ValueError(f"bad head out: {self.out_transform!r}")
+        self.phys_exps = np.asarray(self.phys_exps, dtype=np.int64).reshape(-1, 4)
+        self.phys_coef = np.asarray(self.phys_coef, dtype=np.float64).reshape(-1)
+        if len(self.phys_exps) != len(self.phys_coef):
+            raise ValueError(
+                f"head: {len(self.phys_exps)} physical terms, {len(self.phys_coef)} weights"
+            )
 
-    def ref_input(self, y: np.ndarray) -> np.ndarray:
+    def physical(self, y: np.ndarray, modes: np.ndarray) -> np.ndarray:
+        """The physical head's time in ms (before the log): the fitted sum of time terms."""
+        t = self.ref_scale * np.exp(np.asarray(y, dtype=np.float64))
+        if self.phys_coef.size:
+            t = t + mode_features(modes, self.phys_exps) @ self.phys_coef
+        return np.maximum(t, LOG_FLOOR)
+
+    def ref_input(self, y: np.ndarray, modes: np.ndarray | None = None) -> np.ndarray:
         y = np.asarray(y, dtype=np.float64)
+        if self.ref_transform == "physical":
+            if modes is None:
+                raise ValueError("a physical head needs the modes")
+            return np.log(self.physical(y, modes))
         return np.log(np.maximum(y, LOG_FLOOR)) if self.ref_transform == "log" else y
 
-    def linear(self, y: np.ndarray, h: np.ndarray) -> np.ndarray:
-        z = self.intercept + self.coef_ref * self.ref_input(y)
+    def linear(self, y: np.ndarray, h: np.ndarray, modes: np.ndarray | None = None) -> np.ndarray:
+        z = self.intercept + self.coef_ref * self.ref_input(y, modes)
         if self.w.size:
             z = z + np.asarray(h, dtype=np.float64) @ self.w
         return z
 
-    def apply(self, y: np.ndarray, h: np.ndarray) -> np.ndarray:
-        z = self.linear(y, h)
+    def apply(self, y: np.ndarray, h: np.ndarray, modes: np.ndarray | None = None) -> np.ndarray:
+        z = self.linear(y, h, modes)
         return np.exp(z) if self.out_transform == "exp" else z
 
-    def nodes(self, prefix: str, y: str, h: str, out: str) -> tuple[list, list]:
+    def nodes(
+        self, prefix: str, y: str, h: str, out: str, base: str | None = None
+    ) -> tuple[list, list]:
+        """`base`: the (N, 4) float tensor of base quantities (cores, GHz), needed by a
+        physical head."""
         nodes: list = []
         inits = [
             numpy_helper.from_array(_f32([self.intercept]), f"{prefix}a"),
             numpy_helper.from_array(_f32([self.coef_ref]), f"{prefix}b"),
         ]
         r = y
-        if self.ref_transform == "log":
+        if self.ref_transform in ("log", "physical"):
             inits.append(numpy_helper.from_array(_f32([LOG_FLOOR]), f"{prefix}floor"))
-            nodes.append(helper.make_node("Max", [y, f"{prefix}floor"], [f"{prefix}yc"]))
+            src = y
+            if self.ref_transform == "physical":
+                if base is None:
+                    raise ValueError("a physical head needs the base-quantity tensor")
+                inits.append(numpy_helper.from_array(_f32([self.ref_scale]), f"{prefix}rs"))
+                nodes.append(helper.make_node("Exp", [y], [f"{prefix}ey"]))
+                nodes.append(
+                    helper.make_node("Mul", [f"{prefix}ey", f"{prefix}rs"], [f"{prefix}t0"])
+                )
+                src = f"{prefix}t0"
+                if self.phys_coef.size:
+                    inits.append(
+                        numpy_helper.from_array(_f32(self.phys_exps.T), f"{prefix}pexpsT")
+                    )
+                    inits.append(numpy_helper.from_array(_f32(self.phys_coef), f"{prefix}pc"))
+                    nodes += [
+                        helper.make_node("Log", [base], [f"{prefix}plb"]),
+                        helper.make_node(
+                            "MatMul", [f"{prefix}plb", f"{prefix}pexpsT"], [f"{prefix}plf"]
+                        ),
+                        helper.make_node("Exp", [f"{prefix}plf"], [f"{prefix}pf"]),
+                        helper.make_node("MatMul", [f"{prefix}pf", f"{prefix}pc"], [f"{prefix}pt"]),
+                        helper.make_node("Add", [src, f"{prefix}pt"], [f"{prefix}t1"]),
+                    ]
+                    src = f"{prefix}t1"
+            nodes.append(helper.make_node("Max", [src, f"{prefix}floor"], [f"{prefix}yc"]))
             nodes.append(helper.make_node("Log", [f"{prefix}yc"], [f"{prefix}r"]))
             r = f"{prefix}r"
         nodes.append(helper.make_node("Mul", [r, f"{prefix}b"], [f"{prefix}br"]))
@@ -278,12 +335,18 @@ def fitted_model(
             nodes += fn
             inits += fi
             feats[k] = f
+    base = None
+    if "physical" in (time_head.ref_transform, power_head.ref_transform):
+        base = "hb_base"
+        inits.append(numpy_helper.from_array(_f32(UNIT_SCALE), "hb_unit"))
+        nodes.append(helper.make_node("Cast", [MODES_INPUT], ["hb_mf"], to=TensorProto.FLOAT))
+        nodes.append(helper.make_node("Mul", ["hb_mf", "hb_unit"], [base]))
     for key, mlp, head, out in (
         ("t_", time_mlp, time_head, "time_ms"),
         ("p_", power_mlp, power_head, "power_w"),
     ):
         mn, mi, y, h = mlp.nodes(key, feats[mlp.exps.tobytes()])
-        hn, hi = head.nodes(key + "head_", y, h, out)
+        hn, hi = head.nodes(key + "head_", y, h, out, base)
         nodes += mn + hn
         inits += mi + hi
     outputs = [

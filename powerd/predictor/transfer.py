@@ -3,12 +3,20 @@
 Two methods, both ending in a self-contained ONNX model (modes -> time_ms, power_w):
 
 * ``"ridge"``: a closed-form refit, in numpy, of each model's last layer. The inputs are
-  the reference's penultimate activations ``h`` plus the reference's own prediction ``r``;
-  the target is log step time (power: W). ``r`` and the intercept are unpenalised and
-  ``h``'s weights are ridge-penalised, so with few samples the fit shrinks towards "the
-  reference, rescaled" and departs from it only where the samples agree. The ridge
-  strength is chosen by exact leave-one-out error, and gross outliers are left out (see
-  :func:`_trimmed`). ~10-50 ms per fit, no torch.
+  the reference's penultimate activations ``h`` plus an anchor ``r``; the target is log
+  step time (power: W). ``r`` and the intercept are unpenalised and ``h``'s weights are
+  ridge-penalised, so with few samples the fit shrinks towards the anchor and departs from
+  it only where the samples agree. The ridge strength is chosen by exact leave-one-out
+  error, and gross outliers are left out (see :func:`_trimmed`). The power anchor is the
+  reference's power. The time anchor (from 4 samples on, ``RidgeOptions.time_model``) is
+  the log of a *physical* time model fitted first (:mod:`powerd.predictor.physical`: a
+  non-negative sum of a constant, 1/f_gpu, 1/f_emc, 1/f_cpu, 1/(cores*f_cpu) and the
+  reference's time): the reference was trained on a GPU-bound job, and a workload whose
+  time goes elsewhere (inference at batch size 1: launch-bound on one CPU thread) needs
+  the samples to say which resource dominates; a rescaled reference cannot (time MAPE
+  over every mode of ResNet-18 inference at batch size 1, from the strategy's own profiled
+  modes: 11.9 % mean, 8.8 % median over budgets, instead of 43.9 / 22.4 %; README
+  "Prediction accuracy"). ~20-150 ms per fit, no torch.
 * ``"torch-finetune"`` (default of :func:`fit_workload`): every layer of the reference
   ensemble fine-tuned with torch in a worker subprocess
   (:mod:`powerd.predictor.finetune_worker`) on the samples the ridge did not flag as
@@ -44,7 +52,8 @@ import numpy as np
 from powerd.fsutil import atomic_write_bytes
 from powerd.modes import PowerMode
 from powerd.optimize.base import Measurement, Predictor
-from powerd.predictor.features import validate_modes
+from powerd.predictor import physical
+from powerd.predictor.features import PHYSICAL_TIME, base_quantities, validate_modes
 from powerd.predictor.onnx_graph import MODES_INPUT, Head, fitted_model
 from powerd.predictor.reference import Embedding, ReferenceModel, make_session
 
@@ -134,6 +143,23 @@ class RidgeOptions:
     min_trim: int = 20
     time_floor: float = 0.1  # log ms (~10%)
     power_floor: float = 1.0  # W (log W: 0.05)
+    # "physical": the time head's reference input is the physical time model of
+    # powerd.predictor.physical (non-negative time terms plus the reference's time, fitted
+    # to the samples), the activations then correct it; "reference": the reference's log
+    # time itself (the first releases' head); "auto": whichever of the two has the lower
+    # leave-one-out error on the samples (two fits). Measured by tools/bench_prediction.py
+    # and README "Prediction accuracy": "physical" predicts best overall; "auto" kept the
+    # old decisions on GPU-bound training (tools/strategy_replay.py) at some MAPE elsewhere.
+    time_model: str = "physical"
+    # Fewer usable time samples than this: the "reference" head. From 4 on, the physical
+    # head did better on the strategy's own sets (a 9 W budget on Orin Nano profiles 4-5
+    # modes: worst time MAPE 32 % instead of 51 %); its weights' signs keep it tame.
+    min_physical: int = 4
+    # Smallest ridge strength on the activations above a physical head: the LOO choice can
+    # only see the profiled region, and below 1 it bent predictions away from it.
+    physical_min_lambda: float = 1.0
+    # Smallest ridge strength on the power activations (0: any the LOO picks).
+    power_min_lambda: float = 0.0
 
 
 @dataclass
@@ -155,18 +181,75 @@ class FitStats:
     power_outliers: list[int] = field(default_factory=list)
     # Split-conformal half-widths from the ridge's leave-one-out residuals, at
     # INTERVAL_COVERAGE: log time (relative), power W. None: too few samples to say.
+    # With interval_growth set (fits since the physical head), the intervals grow away from
+    # the samples (see INTERVAL_GROWTH) and power's is power_halfwidth_rel (log ratio);
+    # power_halfwidth_w is kept for older readers.
     time_halfwidth: float | None = None
     power_halfwidth_w: float | None = None
+    power_halfwidth_rel: float | None = None
+    interval_growth: float | None = None
+    interval_growth_power: float | None = None  # None: interval_growth
+    interval_extrapolation: tuple[float, float] = (0.0, 0.0)  # (time, power)
+    time_reach: float = 0.0
+    power_reach: float = 0.0
+    time_model: str = "reference"
     extra: dict[str, Any] = field(default_factory=dict)
 
 
 INTERVAL_COVERAGE = 0.9
-# Leave-one-out residuals are of modes like the profiled ones; a prediction for the rest of
-# the grid (the profiled modes of a low budget are all low-power) misses more. Measured on
-# the visible in-sample traces (see tools/bench_predictor.py --intervals), this widening
-# brought coverage over every mode near the nominal share.
+# Fits saved before interval_growth existed: a fixed widening of the conformal half-width.
 INTERVAL_WIDEN = 1.5
 MIN_INTERVAL_SAMPLES = 5
+# Jackknife intervals: the conformal quantile q of the leave-one-out residuals (log ratios)
+# is what a prediction misses at the distance the samples lie from each other (their
+# "reach": the median distance of a sample to its nearest other one, in e-folds of
+# (cores, f_cpu, f_gpu, f_emc)). Predictions reach further (the profiled modes of a low
+# budget are all low-power; `predict` covers the whole grid), so a mode's half-width is
+#   q * (1 + growth * max(0, d - reach)) + extrapolation * e
+# with d its distance to the nearest fitted sample and e how far (log) its predicted value
+# lies beyond the range of the measured ones: a slope fitted on 11-15 W misses more at 25 W.
+# Chosen on the in-sample traces with tools/bench_prediction.py (coverage over every mode
+# near the nominal 90 % on the strategy's own sets, on spread sets of 20-50 modes and on
+# sets drawn from the lowest third of the power range); never on the held-out trace.
+INTERVAL_GROWTH = 1.0  # time
+INTERVAL_GROWTH_POWER = 1.0
+INTERVAL_EXTRAPOLATION = (0.5, 1.0)  # (time, power)
+# No half-width beyond a factor of 4 either way: wider says nothing more, and a fit from a
+# handful of samples with one corner far off (replays of a 9 W budget on Orin Nano, 15 W on
+# ResNet-18 inference) otherwise reported bounds 40-70x apart.
+INTERVAL_MAX_LOG = float(np.log(4.0))
+
+
+def log_coords(modes: np.ndarray) -> np.ndarray:
+    """(N, 4) log of (cores, GHz, GHz, GHz): distances in e-folds, any board."""
+    return np.log(base_quantities(modes))
+
+
+def nearest_distance(query: np.ndarray, ref: np.ndarray, chunk: int = 4096) -> np.ndarray:
+    """Euclidean distance from each row of `query` to its nearest row of `ref` (log coords)."""
+    out = np.empty(len(query))
+    if len(ref) == 0:
+        out.fill(np.inf)
+        return out
+    for i in range(0, len(query), chunk):
+        q = query[i : i + chunk]
+        d2 = np.sum(q * q, 1)[:, None] - 2 * q @ ref.T + np.sum(ref * ref, 1)[None, :]
+        out[i : i + chunk] = np.sqrt(np.maximum(d2.min(axis=1), 0.0))
+    return out
+
+
+def loo_distances(coords: np.ndarray) -> np.ndarray:
+    """Each sample's distance to the nearest *other* sample."""
+    d2 = np.sum((coords[:, None, :] - coords[None, :, :]) ** 2, axis=2)
+    np.fill_diagonal(d2, np.inf)
+    return np.sqrt(d2.min(axis=1)) if len(coords) > 1 else np.full(len(coords), np.inf)
+
+
+def _reach(dist: np.ndarray) -> float:
+    """How far the leave-one-out predictions reached: the median distance of a sample to
+    its nearest other sample (0 when there is none)."""
+    d = dist[np.isfinite(dist)]
+    return float(np.median(d)) if len(d) else 0.0
 
 
 def conformal_halfwidth(resid: np.ndarray, coverage: float = INTERVAL_COVERAGE) -> float | None:
@@ -199,15 +282,27 @@ def ridge_head(
     ref_transform: str,
     out_transform: str,
     options: RidgeOptions,
+    modes: np.ndarray | None = None,
+    phys: tuple[np.ndarray, np.ndarray, float] | None = None,
+    min_lambda: float = 0.0,
 ) -> tuple[Head, float | None, np.ndarray]:
     """Fit ``target ~ a + b*r(y_ref) + h @ w`` with a ridge penalty on ``w`` only.
 
     ``scale`` is each activation's std over the reference corpus: a fixed, sample-free
-    column scale (k samples are too few to estimate it). Returns (head, lambda, leave-one-out
-    residuals in target space)."""
+    column scale (k samples are too few to estimate it). With ``ref_transform="physical"``,
+    ``phys`` = (exponents, weights, reference weight) of the fitted physical time model and
+    ``modes`` the samples' modes (see Head). Returns (head, lambda, leave-one-out residuals
+    in target space)."""
     k = len(target)
-    head = Head(ref_transform=ref_transform, out_transform=out_transform)
-    r = head.ref_input(y_ref) if use_ref else np.zeros(k)
+    px, pc, ps = phys if phys is not None else (np.zeros((0, 4)), np.zeros(0), 0.0)
+    head = Head(
+        ref_transform=ref_transform,
+        out_transform=out_transform,
+        phys_exps=px,
+        phys_coef=pc,
+        ref_scale=ps,
+    )
+    r = head.ref_input(y_ref, modes) if use_ref else np.zeros(k)
     if k == 0:
         return head, None, np.zeros(0)
     base = r if use_ref else np.zeros(k)
@@ -235,7 +330,7 @@ def ridge_head(
         if options.select == "fixed":
             lams = np.array([options.lam])
         else:
-            lams = _LAMBDAS
+            lams = _LAMBDAS[_LAMBDAS >= min_lambda]
         best: tuple[float, float, np.ndarray | None] = (np.inf, np.inf, None)
         for lam in lams:
             shrink = np.zeros_like(s2) if np.isinf(lam) else s2 / (s2 + lam)
@@ -266,8 +361,8 @@ def ridge_head(
     coefs, *_ = np.linalg.lstsq(u, t - h @ w, rcond=None)
     a = float(coefs[0])
     b = float(coefs[1]) if u.shape[1] == 2 else (1.0 if use_ref else 0.0)
-    head = Head(a, b, w if np.any(w) else np.zeros(0), ref_transform, out_transform)
-    resid = target - head.linear(y_ref, h)
+    head = Head(a, b, w if np.any(w) else np.zeros(0), ref_transform, out_transform, px, pc, ps)
+    resid = target - head.linear(y_ref, h, modes)
     loo = resid / np.maximum(1.0 - lev, 1e-9)
     return head, lam, loo
 
@@ -309,11 +404,15 @@ class FittedPredictor(Predictor):
         self, modes: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """(time_ms, time_lo, time_hi, power_w, power_lo, power_hi): the prediction and an
-        interval meant to hold the true value for INTERVAL_COVERAGE of the modes (split
-        conformal on the fit's leave-one-out residuals, widened by INTERVAL_WIDEN). With too
-        few samples to say, the bounds are NaN."""
+        interval meant to hold the true value for INTERVAL_COVERAGE of the modes: conformal
+        on the fit's leave-one-out residuals, each mode's half-width growing with its
+        distance to the nearest fitted sample (see INTERVAL_GROWTH). With too few samples to
+        say, the bounds are NaN."""
         t, p = self.predict(modes)
-        ht, hp = self.stats.time_halfwidth, self.stats.power_halfwidth_w
+        st = self.stats
+        if st.interval_growth is not None:
+            return (t, *self._bounds(modes, t, p))
+        ht, hp = st.time_halfwidth, st.power_halfwidth_w
         if ht is None:
             t_lo = t_hi = np.full_like(t, np.nan)
         else:
@@ -324,6 +423,53 @@ class FittedPredictor(Predictor):
             p_lo, p_hi = p - INTERVAL_WIDEN * hp, p + INTERVAL_WIDEN * hp
         return t, t_lo, t_hi, p, p_lo, p_hi
 
+    def _bounds(
+        self, modes: np.ndarray, t: np.ndarray, p: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(time_lo, time_hi, power_w, power_lo, power_hi) of a distance-scaled interval."""
+        st, s = self.stats, self.samples
+        g_t = float(st.interval_growth or 0.0)
+        g_p = g_t if st.interval_growth_power is None else float(st.interval_growth_power)
+        q = log_coords(validate_modes(modes)) if len(t) else np.zeros((0, 4))
+        out = []
+        ext_t, ext_p = (tuple(st.interval_extrapolation) + (0.0, 0.0))[:2]
+        for half, ok, bad, y, g, measured, ext, reach in (
+            (
+                st.time_halfwidth,
+                s.time_ok,
+                st.time_outliers,
+                t,
+                g_t,
+                s.time_ms,
+                ext_t,
+                st.time_reach,
+            ),
+            (
+                st.power_halfwidth_rel,
+                s.power_ok,
+                st.power_outliers,
+                p,
+                g_p,
+                s.power_w,
+                ext_p,
+                st.power_reach,
+            ),
+        ):
+            if half is None:
+                out += [np.full_like(y, np.nan), np.full_like(y, np.nan)]
+                continue
+            ok = ok.copy()
+            ok[list(bad)] = False
+            d = nearest_distance(q, log_coords(s.modes[ok]))
+            w = half * (1.0 + g * np.maximum(d - reach, 0.0))
+            if ext > 0 and ok.any():
+                lo, hi = float(measured[ok].min()), float(measured[ok].max())
+                ly = np.log(np.maximum(y, 1e-9))
+                w = w + ext * (np.maximum(ly - np.log(hi), 0) + np.maximum(np.log(lo) - ly, 0))
+            w = np.minimum(w, INTERVAL_MAX_LOG)
+            out += [y * np.exp(-w), y * np.exp(w)]
+        return out[0], out[1], p, out[2], out[3]
+
     def predict_with(
         self, reference: ReferenceModel, modes: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray]:
@@ -331,9 +477,10 @@ class FittedPredictor(Predictor):
         (ridge fits only): a cross-check of the exported graph."""
         if self.heads is None:
             raise ValueError(f"a {self.method} fit has no numpy heads")
-        e = reference.embed(modes)
+        m = validate_modes(modes)
+        e = reference.embed(m)
         th, ph = self.heads
-        return th.apply(e.time_y, e.time_h), ph.apply(e.power_y, e.power_h)
+        return th.apply(e.time_y, e.time_h, m), ph.apply(e.power_y, e.power_h, m)
 
     def save(self, directory: str | os.PathLike[str]) -> Path:
         """Write predictor.onnx, fit.npz (samples, heads) and fitted.json into `directory`.
@@ -351,19 +498,22 @@ class FittedPredictor(Predictor):
             heads_meta = []
             for name, hd in zip(("time", "power"), self.heads, strict=True):
                 arrays[f"head_{name}_w"] = np.asarray(hd.w, dtype=np.float64)
-                heads_meta.append(
-                    {
-                        "intercept": hd.intercept,
-                        "coef_ref": hd.coef_ref,
-                        "ref_transform": hd.ref_transform,
-                        "out_transform": hd.out_transform,
-                    }
-                )
+                hm = {
+                    "intercept": hd.intercept,
+                    "coef_ref": hd.coef_ref,
+                    "ref_transform": hd.ref_transform,
+                    "out_transform": hd.out_transform,
+                }
+                if hd.ref_transform == "physical":
+                    arrays[f"head_{name}_phys_exps"] = hd.phys_exps
+                    arrays[f"head_{name}_phys_coef"] = hd.phys_coef
+                    hm["ref_scale"] = hd.ref_scale
+                heads_meta.append(hm)
         meta = {
             "format": FORMAT,
             "method": self.method,
             "reference_id": self.reference_id,
-            "stats": _jsonable(asdict(self.stats)),  # plain JSON: inf/NaN -> null
+            "stats": _jsonable(_lambdas_out(asdict(self.stats))),  # plain JSON: NaN -> null
             "heads": heads_meta,
         }
         atomic_write_bytes(d / "predictor.onnx", self.onnx_bytes)
@@ -389,7 +539,12 @@ class FittedPredictor(Predictor):
         heads = None
         if meta.get("heads"):
             heads = tuple(
-                Head(w=arrays[f"head_{name}_w"], **hm)
+                Head(
+                    w=arrays[f"head_{name}_w"],
+                    phys_exps=arrays.get(f"head_{name}_phys_exps", np.zeros((0, 4))),
+                    phys_coef=arrays.get(f"head_{name}_phys_coef", np.zeros(0)),
+                    **hm,
+                )
                 for name, hm in zip(("time", "power"), meta["heads"], strict=True)
             )
         samples = Samples(arrays["modes"], arrays["time_ms"], arrays["power_w"])
@@ -412,9 +567,21 @@ def _jsonable(v: Any) -> Any:
     return v
 
 
+_LAMBDA_FIELDS = ("lambda_time", "lambda_power")
+
+
+def _lambdas_out(d: dict[str, Any]) -> dict[str, Any]:
+    """An infinite ridge strength (activations unused) is "inf" in JSON, not null (which
+    means no ridge ran)."""
+    return {k: "inf" if k in _LAMBDA_FIELDS and v == float("inf") else v for k, v in d.items()}
+
+
 def _stats_from_json(d: dict[str, Any]) -> FitStats:
     known = {f.name for f in fields(FitStats)}
     kw = {k: v for k, v in d.items() if k in known}  # a newer writer may add fields
+    for k in _LAMBDA_FIELDS:
+        if kw.get(k) == "inf":
+            kw[k] = float("inf")
     for k in ("time_mape", "power_mape"):
         if kw.get(k) is None:
             kw[k] = float("nan")
@@ -477,8 +644,12 @@ def fit_heads(
     ti, pi = np.flatnonzero(s.time_ok), np.flatnonzero(s.power_ok)
     t_target = np.log(s.time_ms[ti])
     t_scale = np.asarray(scaler["time"]["embed_std"])
+    if opts.time_model not in ("physical", "reference", "auto"):
+        raise ValueError(f"unknown time model {opts.time_model!r}")
+    can_phys = opts.time_ref and len(ti) >= opts.min_physical
+    x_phys = physical.design(s.modes[ti], np.exp(e.time_y[ti])) if can_phys else None
 
-    def fit_time(m: np.ndarray) -> tuple[Head, float | None, np.ndarray]:
+    def fit_reference(m: np.ndarray) -> tuple[Head, float | None, np.ndarray]:
         r = ti[m]
         return ridge_head(
             e.time_y[r],
@@ -490,6 +661,56 @@ def fit_heads(
             out_transform="exp",
             options=opts,
         )
+
+    def fit_physical(m: np.ndarray) -> tuple[Head, float | None, np.ndarray]:
+        assert x_phys is not None
+        r = ti[m]
+        c = physical.fit_weights(x_phys[m], s.time_ms[r])
+        phys = (
+            np.array(PHYSICAL_TIME, dtype=np.int64),
+            c[:-1],
+            float(c[-1]) / physical.REF_UNIT_MS,
+        )
+        return ridge_head(
+            e.time_y[r],
+            e.time_h[r],
+            t_target[m],
+            t_scale,
+            use_ref=True,
+            ref_transform="physical",
+            out_transform="exp",
+            options=opts,
+            modes=s.modes[r],
+            phys=phys,
+            min_lambda=opts.physical_min_lambda,
+        )
+
+    def honest(fitted: tuple[Head, float | None, np.ndarray, np.ndarray]) -> np.ndarray:
+        """Leave-one-out residuals of a time fit, the physical model's own pull included
+        (the activations' LOO is exact given it)."""
+        head, _, loo, keep = fitted
+        if head.ref_transform != "physical" or len(loo) < 3 or x_phys is None:
+            return loo
+        kt = np.flatnonzero(keep)
+        return loo + head.coef_ref * physical.loo_log_ratio(
+            x_phys[kt],
+            s.time_ms[ti[kt]],
+            np.append(head.phys_coef, head.ref_scale * physical.REF_UNIT_MS),
+        )
+
+    candidates = []
+    if opts.time_model in ("reference", "auto") or x_phys is None:
+        candidates.append(_trimmed(fit_reference, len(ti), opts.time_floor, opts))
+    if opts.time_model in ("physical", "auto") and x_phys is not None:
+        candidates.append(_trimmed(fit_physical, len(ti), opts.time_floor, opts))
+    # "auto": the head whose leave-one-out error is lower (mean squared log ratio).
+    scored = [
+        (float(np.mean(honest(c) ** 2)) if len(c[2]) else np.inf, n)
+        for n, c in enumerate(candidates)
+    ]
+    best = candidates[min(scored)[1]]
+    time_head, lam_t, _, keep_t = best
+    loo_t = honest(best)
 
     p_target = np.log(s.power_w[pi]) if opts.power_log else s.power_w[pi]
     p_scale = np.asarray(scaler["power"]["embed_std"])
@@ -505,9 +726,9 @@ def fit_heads(
             ref_transform="log" if opts.power_log else "identity",
             out_transform="exp" if opts.power_log else "identity",
             options=opts,
+            min_lambda=opts.power_min_lambda,
         )
 
-    time_head, lam_t, loo_t, keep_t = _trimmed(fit_time, len(ti), opts.time_floor, opts)
     p_floor = 0.05 if opts.power_log else opts.power_floor
     power_head, lam_p, loo_p, keep_p = _trimmed(fit_power, len(pi), p_floor, opts)
     stats = FitStats(
@@ -517,15 +738,25 @@ def fit_heads(
         lambda_power=lam_p,
         time_outliers=ti[~keep_t].tolist(),
         power_outliers=pi[~keep_p].tolist(),
+        interval_growth=INTERVAL_GROWTH,
+        interval_growth_power=INTERVAL_GROWTH_POWER,
+        interval_extrapolation=tuple(INTERVAL_EXTRAPOLATION),
+        time_model="physical" if time_head.ref_transform == "physical" else "reference",
     )
     if len(loo_t):
         stats.time_loo_mape = float(np.mean(np.abs(np.expm1(-loo_t))) * 100)
+        d_t = loo_distances(log_coords(s.modes[ti[keep_t]]))
         stats.time_halfwidth = conformal_halfwidth(loo_t)
+        stats.time_reach = _reach(d_t)
     if len(loo_p):
         pk = p_target[keep_p]
         pred = np.exp(pk - loo_p) if opts.power_log else pk - loo_p
-        stats.power_loo_mape = _mape(pred, s.power_w[pi[keep_p]])
-        stats.power_halfwidth_w = conformal_halfwidth(s.power_w[pi[keep_p]] - pred)
+        true_p = s.power_w[pi[keep_p]]
+        stats.power_loo_mape = _mape(pred, true_p)
+        stats.power_halfwidth_w = conformal_halfwidth(true_p - pred)
+        d_p = loo_distances(log_coords(s.modes[pi[keep_p]]))
+        stats.power_halfwidth_rel = conformal_halfwidth(np.log(true_p / np.maximum(pred, 1e-3)))
+        stats.power_reach = _reach(d_p)
     return time_head, power_head, stats
 
 
@@ -676,6 +907,9 @@ def fit_workload(
     fp.stats.power_outliers = list(ridge.stats.power_outliers)
     fp.stats.time_halfwidth = ridge.stats.time_halfwidth
     fp.stats.power_halfwidth_w = ridge.stats.power_halfwidth_w
+    fp.stats.power_halfwidth_rel = ridge.stats.power_halfwidth_rel
+    fp.stats.interval_growth = ridge.stats.interval_growth
+    fp.stats.interval_growth_power = ridge.stats.interval_growth_power
     fp.stats.extra["ridge"] = {
         "time_loo_mape": ridge.stats.time_loo_mape,
         "power_loo_mape": ridge.stats.power_loo_mape,

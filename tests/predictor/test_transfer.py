@@ -155,8 +155,9 @@ def test_from_measurements_drops_aborted(reference, mobilenet) -> None:
     assert len(fp.samples) == 13
 
 
-@pytest.mark.parametrize("k", [1, 2, 4])
+@pytest.mark.parametrize("k", [1, 2, 3])
 def test_few_samples_rescale_the_reference(reference, nano, k: int) -> None:
+    # (From 4 samples on, the physical time head fits which resource the time goes to.)
     s = profile(nano, np.arange(k) * 17)
     fp = fit_ridge(s, reference)
     t, p = fp.predict(nano.modes_array)

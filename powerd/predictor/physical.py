@@ -1,0 +1,97 @@
+"""The physical time model of the transfer: a step's time as a non-negative sum of time terms.
+
+``t(mode) = s * t_ref(mode) + sum_j c_j * m_j(mode)``, with ``m_j`` the monomials of
+:data:`powerd.predictor.features.PHYSICAL_TIME` (a constant, 1/f_gpu, 1/f_emc, 1/f_cpu,
+1/(cores*f_cpu)), ``t_ref`` the reference model's predicted time and every weight >= 0.
+
+Why: the reference was trained on a GPU-bound training job; a workload whose time goes
+elsewhere (inference at batch size 1: kernel launches on one CPU thread) ranks the knobs
+differently, and a refit of the reference's last layer from 20-50 modes cannot turn it
+around (tools/bench_prediction.py: 12-44 % time MAPE on ResNet-18 inference at batch size
+1). Six non-negative weights can: the samples say which resource the time goes to, the
+signs keep this model monotone in every clock (no wild extrapolation from a low-power
+sample set), and with few samples the fit stays small. Fitted on relative error
+(weights 1/t), as the targets span 10x.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from powerd.predictor.features import PHYSICAL_TIME, mode_features
+
+# Scale of the reference-time column (ms): keeps it in the range of the monomials (~0.1-10)
+# so the active-set solver's tolerances mean the same for every column.
+REF_UNIT_MS = 100.0
+HIGH_LEVERAGE = 0.5
+
+
+def nnls(a: np.ndarray, b: np.ndarray, max_iter: int | None = None) -> np.ndarray:
+    """argmin ||a x - b|| subject to x >= 0 (Lawson-Hanson active set). Small problems
+    (a few columns) only: each step solves the passive set's least squares afresh."""
+    m, n = a.shape
+    x = np.zeros(n)
+    passive = np.zeros(n, dtype=bool)
+    tol = 1e-10 * max(1.0, float(np.abs(a).max(initial=0.0)) * max(m, n))
+    for _ in range(max_iter or 3 * n + 3):
+        grad = a.T @ (b - a @ x)
+        free = ~passive & (grad > tol)
+        if not free.any():
+            break
+        passive[int(np.argmax(np.where(free, grad, -np.inf)))] = True
+        for _ in range(3 * n + 3):
+            z = np.zeros(n)
+            idx = np.flatnonzero(passive)
+            z[idx] = np.linalg.lstsq(a[:, idx], b, rcond=None)[0]
+            neg = passive & (z <= 0)
+            if not neg.any():
+                x = z
+                break
+            # Step from x towards z until the first passive weight reaches zero; drop it.
+            step = np.min(x[neg] / np.maximum(x[neg] - z[neg], 1e-300))
+            x = x + step * (z - x)
+            passive &= x > tol
+            x[~passive] = 0.0
+        else:  # pragma: no cover - cycling; keep the last feasible x
+            break
+    return x
+
+
+def design(modes: np.ndarray, ref_time_ms: np.ndarray) -> np.ndarray:
+    """(N, F + 1): the monomials of PHYSICAL_TIME, then the reference's time / REF_UNIT_MS."""
+    return np.column_stack(
+        [mode_features(modes, PHYSICAL_TIME), np.asarray(ref_time_ms) / REF_UNIT_MS]
+    )
+
+
+def fit_weights(x: np.ndarray, time_ms: np.ndarray) -> np.ndarray:
+    """Non-negative weights minimising the squared *relative* error over the samples."""
+    w = 1.0 / np.asarray(time_ms, dtype=np.float64)
+    return nnls(x * w[:, None], np.ones(len(w)))
+
+
+def loo_log_ratio(x: np.ndarray, time_ms: np.ndarray, coef: np.ndarray) -> np.ndarray:
+    """log(full-fit prediction / leave-one-out prediction) at each sample: how much each
+    sample's own presence pulled the physical model towards it (for honest residuals).
+    Closed form for least squares on the full fit's non-zero terms (a left-out sample rarely
+    changes which terms are non-zero; refitting the NNLS k times cost ~100 ms at k = 50)."""
+    k = len(time_ms)
+    out = np.zeros(k)
+    active = np.asarray(coef) > 0
+    if k < 3 or not active.any():
+        return out
+    t = np.asarray(time_ms, dtype=np.float64)
+    a = x[:, active] / t[:, None]
+    q, _ = np.linalg.qr(a)
+    lev = np.minimum(np.sum(q**2, axis=1), 1.0 - 1e-6)
+    rel = 1.0 - a @ np.asarray(coef)[active]  # (t - prediction) / t
+    loo_pred = t * (1.0 - rel / (1.0 - lev))
+    # A sample that alone supports a term (leverage near 1: a corner of the grid) changes
+    # the terms when left out, where the closed form blows up: refit those exactly.
+    mask = np.ones(k, dtype=bool)
+    for i in np.flatnonzero(lev > HIGH_LEVERAGE):
+        mask[i] = False
+        loo_pred[i] = float(x[i] @ fit_weights(x[mask], t[mask]))
+        mask[i] = True
+    full = np.maximum(x @ coef, 1e-9)
+    return np.log(full / np.maximum(loo_pred, 1e-3 * t))

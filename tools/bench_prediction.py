@@ -1,0 +1,221 @@
+#!/usr/bin/env python3
+"""Prediction accuracy and interval calibration of the transfer, daemon-free.
+
+    .venv/bin/python tools/bench_prediction.py                      # in-sample traces
+    .venv/bin/python tools/bench_prediction.py --held-out           # + the held-out trace
+    .venv/bin/python tools/bench_prediction.py --time-model physical,reference --designs grid
+
+For every visible trace but the reference corpus, choose the modes to profile, take their
+true time and power from the trace (with the replay's measurement noise for the strategy's
+own sets), fit the ridge transfer (powerd.predictor.transfer.fit_ridge, what the daemon runs)
+and predict every mode of the trace (`powerctl predict` answers the same). Designs:
+  strategy  the modes `powertrain` profiles for a new workload: one fresh replay per budget
+            of the trace's own power range (powerd.optimize.replay: 2 % time / 0.2 W power
+            noise, windows aborted 1 W over budget), fitted on what it measured; the
+            daemon's `--fresh` case. Low budgets see only low-power modes.
+  grid      k modes by maximin coverage of the grid (powerd.predictor.sampling).
+  front     k modes, half on the reference's predicted Pareto front, half coverage.
+  low       k modes by maximin coverage of the modes in the lowest third of the trace's
+            power range (a low budget's view), predictions over every mode.
+Printed per (trace, design, k, time model), over seeds (grid/front: selection seeds;
+strategy: noise seeds) and budgets: time and power MAPE over every mode (mean; strategy also
+the median over its budgets), the share of true values inside the 90 % intervals
+(`time_ms_lo/hi`, `power_w_lo/hi`), the intervals' median relative width, and the mean
+number of profiled modes.
+
+Hold-out discipline: the trace in powerd.optimize.replay.HELD_OUT (MobileNet v3 inference at
+batch size 1) is evaluated only with --held-out and printed apart; tune nothing on it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from powerd.optimize import make_strategy  # noqa: E402
+from powerd.optimize.replay import (  # noqa: E402
+    HELD_OUT,
+    GridSpace,
+    NoiseModel,
+    TraceMeasurer,
+    load_trace,
+    own_range_budgets,
+    solve_budget,
+)
+from powerd.predictor import transfer  # noqa: E402
+from powerd.predictor.reference import ReferenceModel  # noqa: E402
+from powerd.predictor.sampling import select_modes  # noqa: E402
+from powerd.predictor.transfer import RidgeOptions, Samples, fit_ridge  # noqa: E402
+from powerd.sim.trace import TRACE_DIR, Trace  # noqa: E402
+
+TRACES = (
+    ("orin_agx_mobilenetv3_gld23k_train.csv", None),
+    ("orin_nano_resnet18_imagenet_train.csv", None),
+    ("orin_agx_resnet18_imagenet_infer.csv", 1),
+    ("orin_agx_mobilenetv3_gld23k_infer.csv", 1),
+)
+LOW_SHARE = 0.35
+
+
+def judge(fp, trace: Trace) -> dict[str, float]:
+    t, t_lo, t_hi, p, p_lo, p_hi = fp.predict_interval(trace.modes_array)
+    tt, tp = trace.time_ms, trace.power_w
+    return {
+        "t_mape": float(np.mean(np.abs(t - tt) / tt) * 100),
+        "p_mape": float(np.mean(np.abs(p - tp) / tp) * 100),
+        # NaN: too few samples for an interval (counted apart, see "no interval")
+        "t_cov": float(np.mean((tt >= t_lo) & (tt <= t_hi)) * 100)
+        if np.isfinite(t_lo).all()
+        else np.nan,
+        "p_cov": float(np.mean((tp >= p_lo) & (tp <= p_hi)) * 100)
+        if np.isfinite(p_lo).all()
+        else np.nan,
+        "t_width": float(np.median(t_hi / t_lo - 1) * 100),
+        "p_width": float(np.median(p_hi / p_lo - 1) * 100),
+        "n": float(len(fp.samples)),
+    }
+
+
+def strategy_sets(trace: Trace, ref: ReferenceModel, opts: RidgeOptions, seed: int):
+    """(budget, samples) of a fresh powertrain replay per own-range budget."""
+    space = GridSpace.from_trace(trace)
+    measurer = TraceMeasurer(trace, NoiseModel(seed=seed))
+
+    def fitter(samples):
+        return fit_ridge(samples, ref, opts)
+
+    for b in own_range_budgets(trace):
+        strategy = make_strategy("powertrain", space, predictor_factory=lambda: ref)
+        samples: dict = {}
+        solve_budget(strategy, b, samples, measurer, fitter)
+        yield b, samples
+
+
+def sample_sets(
+    trace: Trace, ref: ReferenceModel, opts: RidgeOptions, design: str, k: int, seed: int
+) -> list[Samples]:
+    """The profiled samples of one design and seed (strategy: one set per budget)."""
+    modes = trace.modes_array
+    if design == "strategy":
+        out = []
+        for _, samples in strategy_sets(trace, ref, opts, seed):
+            s = Samples.coerce(samples)
+            if s.time_ok.sum() >= 2 and s.power_ok.sum() >= 2:
+                out.append(s)
+        return out
+    if design == "low":
+        low = np.flatnonzero(trace.power_w <= np.quantile(trace.power_w, LOW_SHARE))
+        idx = low[select_modes("grid", modes[low], min(k, len(low)), seed=seed)]
+        return [Samples(modes[idx], trace.time_ms[idx], trace.power_w[idx])]
+    pred = ref.predict(modes)
+    idx = select_modes(design, modes, k, predicted=pred, seed=seed)
+    return [Samples(modes[idx], trace.time_ms[idx], trace.power_w[idx])]
+
+
+def fit_seconds(ref: ReferenceModel, trace: Trace, opts: RidgeOptions, k: int = 50) -> str:
+    modes = trace.modes_array
+    idx = select_modes("grid", modes, k, seed=0)
+    s = Samples(modes[idx], trace.time_ms[idx], trace.power_w[idx])
+    fit_ridge(s, ref, opts)
+    runs = []
+    for _ in range(5):
+        t0 = time.perf_counter()
+        fp = fit_ridge(s, ref, opts)
+        fp.predict_interval(modes)
+        runs.append(time.perf_counter() - t0)
+    return f"{1000 * statistics.median(runs):.0f} ms"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--designs", default="strategy,grid,front,low")
+    ap.add_argument("--k", default="20,30,50", help="modes for grid/front")
+    ap.add_argument("--seeds", default="0,1,2")
+    ap.add_argument("--time-model", default="physical", help="physical,reference to compare")
+    ap.add_argument(
+        "--growth",
+        help="intervals growth_time:growth_power:extrapolation_time:extrapolation_power, "
+        "several comma-separated to compare (default: the transfer's constants)",
+    )
+    ap.add_argument("--held-out", action="store_true", help="also the held-out trace")
+    ap.add_argument("--only-held-out", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--traces", help="comma-separated file names (default: the visible ones)")
+    args = ap.parse_args()
+
+    growths = [
+        tuple(float(x) for x in g.split(":")) for g in (args.growth or "").split(",") if g
+    ] or [
+        (
+            transfer.INTERVAL_GROWTH,
+            transfer.INTERVAL_GROWTH_POWER,
+            *transfer.INTERVAL_EXTRAPOLATION,
+        )
+    ]
+    ref = ReferenceModel.load()
+    seeds = [int(x) for x in args.seeds.split(",")]
+    ks = [int(x) for x in args.k.split(",")]
+    wanted = set(args.traces.split(",")) if args.traces else None
+    hdr = (
+        f"{'trace':36} {'sample':9} {'design':8} {'k':>4} {'time model':10} "
+        f"{'tMAPE':>6} {'(med)':>6} {'pMAPE':>6} {'(med)':>6} {'tCov%':>6} {'pCov%':>6} "
+        f"{'tWid%':>6} {'pWid%':>6}"
+    )
+    print(
+        f"reference {ref.model_id}; nominal interval coverage {transfer.INTERVAL_COVERAGE:.0%}"
+        f"; seeds {seeds}"
+    )
+    print(hdr)
+    print("-" * len(hdr))
+    for fname, bs in TRACES:
+        if wanted and fname not in wanted:
+            continue
+        trace = load_trace(TRACE_DIR / fname, bs)
+        held = trace.name in HELD_OUT
+        if held and not (args.held_out or args.only_held_out):
+            continue
+        if args.only_held_out and not held:
+            continue
+        label = "held-out" if held else "in-sample"
+        for tm in args.time_model.split(","):
+            opts = replace(RidgeOptions(), time_model=tm)
+            for design in args.designs.split(","):
+                for k in [0] if design == "strategy" else ks:
+                    sets = [s for sd in seeds for s in sample_sets(trace, ref, opts, design, k, sd)]
+                    if not sets:
+                        continue
+                    for g in growths:
+                        transfer.INTERVAL_GROWTH, transfer.INTERVAL_GROWTH_POWER = g[:2]
+                        if len(g) > 2:
+                            transfer.INTERVAL_EXTRAPOLATION = tuple(g[2:4])
+                        rows = [judge(fit_ridge(s, ref, opts), trace) for s in sets]
+                        col = {key: [r[key] for r in rows] for key in rows[0]}
+                        kk = f"{np.mean(col['n']):.0f}" if design == "strategy" else str(k)
+                        gg = " g=" + ":".join(f"{x:g}" for x in g) if len(growths) > 1 else ""
+                        print(
+                            f"{trace.name:36} {label:9} {design:8} {kk:>4} {tm + gg:10} "
+                            f"{np.mean(col['t_mape']):6.1f} {np.median(col['t_mape']):6.1f} "
+                            f"{np.mean(col['p_mape']):6.1f} {np.median(col['p_mape']):6.1f} "
+                            f"{np.nanmean(col['t_cov']):6.0f} {np.nanmean(col['p_cov']):6.0f} "
+                            f"{np.nanmean(col['t_width']):6.0f} {np.nanmean(col['p_width']):6.0f}",
+                            flush=True,
+                        )
+            print(
+                f"{'':36} fit + predict_interval of {len(trace)} modes (k=50, {tm}): "
+                f"{fit_seconds(ref, trace, opts)}"
+            )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
