@@ -5,12 +5,12 @@ from concurrent.futures import Future
 import pytest
 
 from powerd.optimize.binary_search import BinarySearch
-from powerd.optimize.replay import GridSpace
 from powerd.planner import BoardHooks, JobSpec
 from powerd.profiler import WindowSpec
 from powerd.sim.trace import TRACE_DIR, Trace
 from powerd.training import TrainingPlanner
 from powerd.tuner import WorkloadState
+from powerd_replay.training import GridSpace
 
 SPEC = WindowSpec(settle_s=1.0, window_s=2.0, min_steps=5)
 

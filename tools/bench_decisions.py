@@ -45,7 +45,12 @@ import numpy as np  # noqa: E402
 from powerd import protocol as p  # noqa: E402
 from powerd.client import call_once  # noqa: E402
 from powerd.errors import PowerdError  # noqa: E402
-from powerd.optimize.replay import (  # noqa: E402
+from powerd.predictor.transfer import INTERVAL_COVERAGE  # noqa: E402
+from powerd.sim.harness import EmulatedBoard  # noqa: E402
+from powerd.sim.job import run_training_job  # noqa: E402
+from powerd.sim.trace import Trace  # noqa: E402
+from powerd.store import Store  # noqa: E402
+from powerd_replay.training import (  # noqa: E402
     consistent_best_time,
     inconsistent_rows,
     load_trace,
@@ -53,11 +58,6 @@ from powerd.optimize.replay import (  # noqa: E402
     own_range_budgets,
     sample_label,
 )
-from powerd.predictor.transfer import INTERVAL_COVERAGE  # noqa: E402
-from powerd.sim.harness import EmulatedBoard  # noqa: E402
-from powerd.sim.job import run_training_job  # noqa: E402
-from powerd.sim.trace import Trace  # noqa: E402
-from powerd.store import Store  # noqa: E402
 
 
 def parse_budgets(text: str) -> list[float]:

@@ -40,7 +40,10 @@ from powerd.optimize.inference import (
     Pair,
     PairMeasurement,
 )
-from powerd.optimize.inference_replay import (
+from powerd.optimize.interleave import InterleaveGoal, InterleavePlanner
+from powerd.predictor.batch import InferenceReference, load_prior, make_fitter
+from powerd.sim.trace import TRACE_DIR, Trace
+from powerd_replay.inference import (
     PairMeasurer,
     PairTrace,
     TrainMeasurer,
@@ -52,9 +55,6 @@ from powerd.optimize.inference_replay import (
     solve_joint,
     summarise,
 )
-from powerd.optimize.interleave import InterleaveGoal, InterleavePlanner
-from powerd.predictor.batch import InferenceReference, load_prior, make_fitter
-from powerd.sim.trace import TRACE_DIR, Trace
 
 INFER = {
     "resnet18": TRACE_DIR / "orin_agx_resnet18_imagenet_infer.csv",
@@ -140,9 +140,9 @@ def inference_alone(method: str, quick: bool) -> None:
 
 def interleaved(quick: bool) -> None:
     from powerd.optimize import make_strategy
-    from powerd.optimize.replay import GridSpace, NoiseModel, TraceMeasurer, solve_budget
     from powerd.predictor.reference import ReferenceModel
     from powerd.predictor.transfer import fit_ridge, fit_workload
+    from powerd_replay.training import GridSpace, NoiseModel, TraceMeasurer, solve_budget
 
     ref = ReferenceModel.load()
     train = Trace.load(TRAIN)

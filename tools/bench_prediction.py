@@ -10,7 +10,7 @@ true time and power from the trace (with the replay's measurement noise for the 
 own sets), fit the ridge transfer (powerd.predictor.transfer.fit_ridge, what the daemon runs)
 and predict every mode of the trace (`powerctl predict` answers the same). Designs:
   strategy  the modes `powertrain` profiles for a new workload: one fresh replay per budget
-            of the trace's own power range (powerd.optimize.replay: 2 % time / 0.2 W power
+            of the trace's own power range (powerd_replay.training: 2 % time / 0.2 W power
             noise, windows aborted 1 W over budget), fitted on what it measured; the
             daemon's `--fresh` case. Low budgets see only low-power modes.
   grid      k modes by maximin coverage of the grid (powerd.predictor.sampling).
@@ -23,7 +23,7 @@ the median over its budgets), the share of true values inside the 90 % intervals
 (`time_ms_lo/hi`, `power_w_lo/hi`), the intervals' median relative width, and the mean
 number of profiled modes.
 
-Hold-out discipline: the trace in powerd.optimize.replay.HELD_OUT (MobileNet v3 inference at
+Hold-out discipline: the trace in powerd_replay.training.HELD_OUT (MobileNet v3 inference at
 batch size 1) is evaluated only with --held-out and printed apart; tune nothing on it.
 """
 
@@ -42,7 +42,12 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from powerd.optimize import make_strategy  # noqa: E402
-from powerd.optimize.replay import (  # noqa: E402
+from powerd.predictor import transfer  # noqa: E402
+from powerd.predictor.reference import ReferenceModel  # noqa: E402
+from powerd.predictor.sampling import select_modes  # noqa: E402
+from powerd.predictor.transfer import RidgeOptions, Samples, fit_ridge  # noqa: E402
+from powerd.sim.trace import TRACE_DIR, Trace  # noqa: E402
+from powerd_replay.training import (  # noqa: E402
     HELD_OUT,
     GridSpace,
     NoiseModel,
@@ -51,11 +56,6 @@ from powerd.optimize.replay import (  # noqa: E402
     own_range_budgets,
     solve_budget,
 )
-from powerd.predictor import transfer  # noqa: E402
-from powerd.predictor.reference import ReferenceModel  # noqa: E402
-from powerd.predictor.sampling import select_modes  # noqa: E402
-from powerd.predictor.transfer import RidgeOptions, Samples, fit_ridge  # noqa: E402
-from powerd.sim.trace import TRACE_DIR, Trace  # noqa: E402
 
 TRACES = (
     ("orin_agx_mobilenetv3_gld23k_train.csv", None),

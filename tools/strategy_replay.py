@@ -6,14 +6,14 @@
         --trace powerd/sim/traces/orin_nano_resnet18_imagenet_train.csv
     .venv/bin/python tools/strategy_replay.py --summary --seeds 0,1,2 --fresh
 
-No daemon, no emulator: powerd.optimize.replay plays the profiler (trace rows with ~2% time
+No daemon, no emulator: powerd_replay.training plays the profiler (trace rows with ~2% time
 and 0.2 W power noise, windows aborted 1 W over budget). Budgets span each trace's own power
 range (its lowest mode + 1 W to its highest, 1 W apart), solved as one workload whose budget
 changes in a mixed (seeded) order, so samples and the fitted model carry over; --order up
 sweeps upwards; --fresh solves every budget from scratch instead. Inference traces replay
 at batch size 1 (`--batch-size`) as if their batches were training steps.
 
-Hold-out discipline: the traces in powerd.optimize.replay.HELD_OUT are never replayed unless
+Hold-out discipline: the traces in powerd_replay.training.HELD_OUT are never replayed unless
 --include-held-out is given; do not tune knobs on what that prints.
 
 powertrain runs with the bundled reference model and the ridge transfer of powerd.predictor
@@ -39,7 +39,8 @@ sys.path.insert(0, str(REPO))
 
 from powerd.modes import FIELDS  # noqa: E402
 from powerd.optimize import STRATEGIES, make_strategy  # noqa: E402
-from powerd.optimize.replay import (  # noqa: E402
+from powerd.sim.trace import TRACE_DIR, Trace  # noqa: E402
+from powerd_replay.training import (  # noqa: E402
     HELD_OUT,
     GridSpace,
     NoiseModel,
@@ -54,7 +55,6 @@ from powerd.optimize.replay import (  # noqa: E402
     replay_time_targets,
     time_targets,
 )
-from powerd.sim.trace import TRACE_DIR, Trace  # noqa: E402
 
 VISIBLE = (
     TRACE_DIR / "orin_agx_mobilenetv3_gld23k_train.csv",

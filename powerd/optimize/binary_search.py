@@ -25,7 +25,7 @@ The path, for one budget (at most `max_probes` distinct modes, cached ones inclu
    probes count too). If nothing fits, measure the min mode; if even that is over, commit
    the lowest-power mode measured with `feasible=False`.
 
-Why this shape (measured with powerd.optimize.replay on the visible traces): coordinate
+Why this shape (measured with powerd_replay.training on the visible traces): coordinate
 searches and golden-section searches along a fixed 2-D family both stall on the cliffs real
 traces have (an EMC step halves step time; power depends on how busy each unit is), while
 a frontier point plus local exchanges that always compare measured times keeps improving.

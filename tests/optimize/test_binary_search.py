@@ -17,7 +17,8 @@ from powerd.optimize.binary_search import (
     frontier_path,
     search_frontier,
 )
-from powerd.optimize.replay import (
+from powerd.sim.trace import Trace
+from powerd_replay.training import (
     GridSpace,
     NoiseModel,
     TraceMeasurer,
@@ -25,7 +26,6 @@ from powerd.optimize.replay import (
     replay_sweep,
     solve_budget,
 )
-from powerd.sim.trace import Trace
 
 # Median time penalty over the budget sweep, noise seed 0, measured when this strategy was
 # written (resnet18-agx 11.5%, mobilenet-agx 3.3%, resnet18-nano 1.5% with shared samples;

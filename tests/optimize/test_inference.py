@@ -20,15 +20,15 @@ from powerd.optimize.inference import (
     fit_for,
     worst_latency_ms,
 )
-from powerd.optimize.inference_replay import (
+from powerd.predictor.batch import InferenceReference, make_fitter
+from powerd.sim.trace import TRACE_DIR
+from powerd_replay.inference import (
     PairMeasurer,
     PairTrace,
     replay_goals,
     solve_goal,
     summarise,
 )
-from powerd.predictor.batch import InferenceReference, make_fitter
-from powerd.sim.trace import TRACE_DIR
 
 
 @pytest.fixture(scope="module")

@@ -8,14 +8,6 @@ import numpy as np
 import pytest
 
 from powerd.modes import PowerMode
-from powerd.optimize.inference_replay import (
-    PairMeasurer,
-    PairTrace,
-    TrainMeasurer,
-    joint_truth,
-    judge_joint,
-    solve_joint,
-)
 from powerd.optimize.interleave import (
     InterleaveGoal,
     InterleavePlanner,
@@ -26,6 +18,14 @@ from powerd.optimize.interleave import (
 )
 from powerd.predictor.batch import InferenceReference, make_fitter
 from powerd.sim.trace import TRACE_DIR, Trace
+from powerd_replay.inference import (
+    PairMeasurer,
+    PairTrace,
+    TrainMeasurer,
+    joint_truth,
+    judge_joint,
+    solve_joint,
+)
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,6 @@ import pytest
 
 from powerd.modes import PowerMode
 from powerd.optimize.inference import InferenceGoal, InferencePlanner, Pair
-from powerd.optimize.inference_replay import PairMeasurer, PairTrace, TrainMeasurer
 from powerd.optimize.interleave import (
     JointJob,
     JointPlanner,
@@ -20,6 +19,7 @@ from powerd.optimize.interleave import (
 )
 from powerd.predictor.batch import load_prior, make_fitter
 from powerd.sim.trace import TRACE_DIR, Trace
+from powerd_replay.inference import PairMeasurer, PairTrace, TrainMeasurer
 
 MAX_PAIRS = 30
 

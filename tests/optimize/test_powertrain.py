@@ -13,7 +13,8 @@ from powerd.modes import FIELDS, PowerMode
 from powerd.optimize.base import Action, Commit, Fit, Measure, Measurement, Predictor, Strategy
 from powerd.optimize.binary_search import BinarySearch
 from powerd.optimize.powertrain import PowerTrain, seed_plan, spread_order
-from powerd.optimize.replay import (
+from powerd.sim.trace import Trace
+from powerd_replay.training import (
     GridSpace,
     NoiseModel,
     NoisyOracle,
@@ -23,7 +24,6 @@ from powerd.optimize.replay import (
     replay_sweep,
     solve_budget,
 )
-from powerd.sim.trace import Trace
 
 # Median penalty of the sweep with the noisy-oracle stand-in (seed 0), measured when this
 # strategy was written: mobilenet-agx 2.8%, resnet18-nano 0.0%.

@@ -11,7 +11,8 @@ import pytest
 from powerd.modes import FIELDS, PowerMode
 from powerd.optimize.base import Action, Commit, Measure, Measurement, Predictor, Strategy, fits
 from powerd.optimize.powertrain import PowerTrain
-from powerd.optimize.replay import (
+from powerd.sim.trace import Trace
+from powerd_replay.training import (
     GridSpace,
     NoiseModel,
     NoisyOracle,
@@ -19,7 +20,6 @@ from powerd.optimize.replay import (
     inconsistent_rows,
     replay_sweep,
 )
-from powerd.sim.trace import Trace
 
 
 class Watch(Strategy):

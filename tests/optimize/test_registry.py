@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from powerd.optimize import STRATEGIES, BinarySearch, PowerTrain, make_strategy
-from powerd.optimize.replay import GridSpace
 from powerd.sim.trace import Trace
+from powerd_replay.training import GridSpace
 
 REPO = Path(__file__).resolve().parents[2]
 

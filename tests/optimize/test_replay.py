@@ -9,7 +9,8 @@ import pytest
 
 from powerd.modes import FIELDS, PowerMode
 from powerd.optimize.base import Commit, Measure, Measurement, Strategy
-from powerd.optimize.replay import (
+from powerd.sim.trace import Trace
+from powerd_replay.training import (
     GridSpace,
     NoiseModel,
     NoisyOracle,
@@ -20,7 +21,6 @@ from powerd.optimize.replay import (
     format_table,
     replay_sweep,
 )
-from powerd.sim.trace import Trace
 
 
 def test_grid_space_matches_trace_axes(nano: Trace) -> None:
@@ -115,8 +115,8 @@ def test_sweep_judges_against_the_brute_force_best(nano: Trace) -> None:
 
 
 def test_own_range_budgets_span_the_workloads_power_range():
-    from powerd.optimize.replay import load_trace, own_range_budgets
     from powerd.sim.trace import TRACE_DIR
+    from powerd_replay.training import load_trace, own_range_budgets
 
     trace = load_trace(TRACE_DIR / "orin_agx_mobilenetv3_gld23k_infer.csv", batch_size=1)
     assert trace.name == "orin_agx_mobilenetv3_gld23k_infer@bs1"
@@ -128,7 +128,7 @@ def test_own_range_budgets_span_the_workloads_power_range():
 
 
 def test_mixed_order_steps_down_and_is_seeded():
-    from powerd.optimize.replay import mixed_order
+    from powerd_replay.training import mixed_order
 
     budgets = [float(b) for b in range(10, 30)]
     a, b = mixed_order(budgets, 0), mixed_order(budgets, 0)

@@ -9,7 +9,9 @@ import pytest
 
 from powerd.modes import FIELDS
 from powerd.optimize import make_strategy
-from powerd.optimize.replay import (
+from powerd.optimize.time_target import StepTimeSearch
+from powerd.sim.trace import Trace
+from powerd_replay.training import (
     GridSpace,
     NoiseModel,
     NoisyOracle,
@@ -20,8 +22,6 @@ from powerd.optimize.replay import (
     solve_budget,
     time_targets,
 )
-from powerd.optimize.time_target import StepTimeSearch
-from powerd.sim.trace import Trace
 
 
 def factory(name: str, trace: Trace):

@@ -7,7 +7,6 @@ import pytest
 
 from powerd.modes import PowerMode
 from powerd.optimize.inference import Pair, PairMeasurement
-from powerd.optimize.inference_replay import PairTrace
 from powerd.predictor.batch import (
     InferenceReference,
     TrainingReferenceWithBatch,
@@ -15,6 +14,7 @@ from powerd.predictor.batch import (
     load_prior,
 )
 from powerd.sim.trace import TRACE_DIR
+from powerd_replay.inference import PairTrace
 
 
 @pytest.fixture(scope="module")
