@@ -34,6 +34,12 @@ def nano_trace() -> Trace:
     return Trace.load(NANO_TRACE)
 
 
+@pytest.fixture(scope="session")
+def trace(agx_trace: Trace) -> Trace:
+    """The default workload of the daemon tests: MobileNet v3 training on Orin AGX."""
+    return agx_trace
+
+
 EmulatorFactory = Callable[..., Emulator]
 
 

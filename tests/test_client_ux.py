@@ -17,16 +17,11 @@ import pytest
 import powerd
 from powerd import protocol as p
 from powerd.sim.harness import EmulatedBoard, knob_snapshot
-from powerd.sim.trace import TRACE_DIR, Trace
+from powerd.sim.trace import Trace
 
 TS = 0.03
-MOBILENET = TRACE_DIR / "orin_agx_mobilenetv3_gld23k_train.csv"
 REPO = Path(__file__).resolve().parents[1]
 
-
-@pytest.fixture(scope="module")
-def trace() -> Trace:
-    return Trace.load(MOBILENET)
 
 
 @pytest.fixture

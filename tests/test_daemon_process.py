@@ -6,15 +6,7 @@ import stat
 import subprocess
 import sys
 
-import pytest
-
 from powerd.sim.harness import EmulatedBoard
-from powerd.sim.trace import TRACE_DIR, Trace
-
-
-@pytest.fixture(scope="module")
-def nano_trace():
-    return Trace.load(TRACE_DIR / "orin_nano_resnet18_imagenet_train.csv")
 
 
 def test_serve_on_a_non_jetson_root_exits_with_a_clear_error(tmp_path):

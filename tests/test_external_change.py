@@ -22,15 +22,10 @@ from waiting import wait_for
 
 import powerd
 from powerd.sim.harness import EmulatedBoard, knob_snapshot
-from powerd.sim.trace import TRACE_DIR, Trace
+from powerd.sim.trace import Trace
 
 TS = 0.03
-MOBILENET = TRACE_DIR / "orin_agx_mobilenetv3_gld23k_train.csv"
 
-
-@pytest.fixture(scope="module")
-def trace() -> Trace:
-    return Trace.load(MOBILENET)
 
 
 def _board(trace: Trace, policy: str) -> EmulatedBoard:

@@ -22,20 +22,15 @@ from waiting import wait_for
 import powerd
 from powerd import protocol as p
 from powerd.sim.harness import EmulatedBoard, knob_snapshot
-from powerd.sim.trace import TRACE_DIR, Trace
+from powerd.sim.trace import Trace
 
 TS = 0.03
-MOBILENET = TRACE_DIR / "orin_agx_mobilenetv3_gld23k_train.csv"
 N_MESSAGES = 10_000
 BATCH = 250  # messages in flight per socket before a sentinel status request
 SENTINEL_ID = 7_000_000_000
 # a few names only: every registered workload keeps a mode space in the daemon's memory
 WORKLOADS = ["fuzz-a", "fuzz-b", None]
 
-
-@pytest.fixture(scope="module")
-def trace() -> Trace:
-    return Trace.load(MOBILENET)
 
 
 @pytest.fixture

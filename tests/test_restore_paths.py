@@ -13,7 +13,7 @@ import pytest
 from waiting import wait_for
 
 from powerd.sim.harness import EmulatedBoard, knob_snapshot
-from powerd.sim.trace import TRACE_DIR, Trace
+from powerd.sim.trace import TRACE_DIR
 
 TS = 0.03
 MOBILENET = TRACE_DIR / "orin_agx_mobilenetv3_gld23k_train.csv"
@@ -27,10 +27,6 @@ JOB_SCRIPT = textwrap.dedent("""
                      max_s=600, stay_tuned_s=600)
 """)
 
-
-@pytest.fixture(scope="module")
-def trace():
-    return Trace.load(MOBILENET)
 
 
 @pytest.fixture

@@ -16,15 +16,11 @@ from powerd import protocol as p
 from powerd.client import admin_endpoint, call_once
 from powerd.sim.harness import EmulatedBoard, knob_snapshot
 from powerd.sim.job import run_training_job
-from powerd.sim.trace import TRACE_DIR, Trace
+from powerd.sim.trace import TRACE_DIR
 
 TS = 0.03  # emulated step times are 3% of the trace's
 MOBILENET = TRACE_DIR / "orin_agx_mobilenetv3_gld23k_train.csv"
 
-
-@pytest.fixture(scope="module")
-def trace():
-    return Trace.load(MOBILENET)
 
 
 @pytest.fixture

@@ -6,8 +6,6 @@ import socket
 import threading
 import time
 
-import pytest
-
 import powerd
 from powerd import protocol as p
 from powerd.client import call_once
@@ -15,15 +13,10 @@ from powerd.hardware import Hardware
 from powerd.server import Daemon, Server
 from powerd.sim.emulator import Emulator, read_effective_mode
 from powerd.sim.harness import EmulatedBoard, knob_snapshot
-from powerd.sim.trace import TRACE_DIR, Trace
 from powerd.sim.tree import build_tree
 
 TS = 0.03
 
-
-@pytest.fixture(scope="module")
-def nano_trace():
-    return Trace.load(TRACE_DIR / "orin_nano_resnet18_imagenet_train.csv")
 
 
 class InProcess:

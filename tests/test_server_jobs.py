@@ -12,15 +12,10 @@ import powerd
 from powerd import protocol as p
 from powerd.sim.emulator import read_effective_mode
 from powerd.sim.harness import EmulatedBoard, knob_snapshot
-from powerd.sim.trace import TRACE_DIR, Trace
 
 TS = 0.03
 SLOW_OK = {"device": {"verify_timeout_ms": 3000}}
 
-
-@pytest.fixture(scope="module")
-def nano_trace():
-    return Trace.load(TRACE_DIR / "orin_nano_resnet18_imagenet_train.csv")
 
 
 @pytest.fixture

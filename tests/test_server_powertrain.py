@@ -12,15 +12,10 @@ import pytest
 from powerd.predictor.reference import ReferenceModel
 from powerd.sim.harness import EmulatedBoard
 from powerd.sim.job import run_training_job
-from powerd.sim.trace import TRACE_DIR, Trace
 from powerd.store import Store
 
 TS = 0.03
 
-
-@pytest.fixture(scope="module")
-def nano_trace():
-    return Trace.load(TRACE_DIR / "orin_nano_resnet18_imagenet_train.csv")
 
 
 @pytest.fixture(scope="module")

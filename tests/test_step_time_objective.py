@@ -10,19 +10,12 @@ import subprocess
 import sys
 import time
 
-import pytest
-
 import powerd
 from powerd.sim.emulator import read_effective_mode
 from powerd.sim.harness import EmulatedBoard
-from powerd.sim.trace import TRACE_DIR, Trace
 
 TS = 0.03
 
-
-@pytest.fixture(scope="module")
-def nano_trace():
-    return Trace.load(TRACE_DIR / "orin_nano_resnet18_imagenet_train.csv")
 
 
 def powerctl_status(board, *args):
