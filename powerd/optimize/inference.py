@@ -12,7 +12,8 @@ the batch to fill, then t_inf(mode, b) for the batch to run:
 A pair is *fit* for a goal when its measured worst-case latency (from the p99 batch time)
 <= L, its measured median batch time <= 0.9 * b/r (the queue drains despite jitter: a
 throughput condition, judged on the typical batch, while the tail is for latency) and its
-measured power while batches run <= B. Objective: the fit pair of least power; without L, the pair of least latency
+measured power while batches run <= B. Objective: the fit pair of least power; without L,
+the pair of least latency
 under B. Only pairs whose *measured* latency and power fit are ever served; predictions
 only decide what to measure. When no pair can fit, the planner serves the lowest
 worst-case latency under the budget and says so (``feasible=False``, ``best_latency_ms``).
