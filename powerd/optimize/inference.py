@@ -15,7 +15,8 @@ throughput condition, judged on the typical batch, while the tail is for latency
 measured power while batches run <= B. Objective: the fit pair of least power; without L,
 the pair of least latency under B. Only pairs whose *measured* latency and power fit are
 ever served; predictions only decide what to measure. When no pair can fit, the planner
-serves the lowest worst-case latency under the budget and says so (``feasible=False``, ``best_latency_ms``).
+serves the lowest worst-case latency under the budget and says so (``feasible=False``,
+``best_latency_ms``).
 
 Because the plan is re-derived from the samples, a rate change re-solves from what is
 measured and fitted; it asks for a measurement only when the new pick was never measured.
