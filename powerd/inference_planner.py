@@ -570,9 +570,8 @@ class InferenceJobsPlanner:
         rate = spec.rate_hz or 1.0
         goal = InferenceGoal(rate, budget_w, spec.latency_ms)
         session = InferenceSession(planner, goal, profiled=bool(samples))
-        if samples:
-            # a workload measured before: re-solve from its pairs like a rate change
-            session.new_pairs = RESOLVE_NEW_PAIRS
+        # A workload measured before re-solves from its pairs (profiled=True): a new goal
+        # may verify its predicted pick with RESOLVE_NEW_PAIRS measurements, past max_pairs.
         return _InfJob(spec, session, samples, told_rate=spec.rate_hz)
 
     def _resolve(self, job: _InfJob, rate: float, why: str) -> None:

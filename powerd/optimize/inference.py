@@ -9,15 +9,21 @@ the batch to fill, then t_inf(mode, b) for the batch to run:
 
     worst-case latency = (b-1)/r + t_inf(mode, b)
 
-A pair is *fit* for a goal when its measured worst-case latency <= L, its measured batch
-time <= 0.9 * b/r (the queue drains despite jitter) and its measured power while batches
-run <= B. Objective: the fit pair of least power; without L, the pair of least latency
-under B. Only pairs whose *measured* latency and power fit are ever served; predictions
-only decide what to measure. When no pair can fit, the planner serves the lowest
-worst-case latency under the budget and says so (``feasible=False``, ``best_latency_ms``).
+A pair is *fit* for a goal when its measured worst-case latency (from the p99 batch time)
+<= L, its measured median batch time <= 0.9 * b/r (the queue drains despite jitter: a
+throughput condition, judged on the typical batch, while the tail is for latency) and its
+measured power while batches run <= B. Objective: the fit pair of least power; without L,
+the pair of least latency under B. Only pairs whose *measured* latency and power fit are
+ever served; predictions only decide what to measure. When no pair can fit, the planner
+serves the lowest worst-case latency under the budget and says so (``feasible=False``,
+``best_latency_ms``).
 
 Because the plan is re-derived from the samples, a rate change re-solves from what is
 measured and fitted; it asks for a measurement only when the new pick was never measured.
+`max_pairs` bounds the first goal's search; a re-solve (a later goal: new rate, budget or
+latency target) measures at most RESOLVE_NEW_PAIRS pairs while a measured pair fits, else at
+most RESOLVE_MAX_PAIRS, even past `max_pairs` (like training's few more per budget change),
+and with no measured pair that drains it first probes the pair predicted to drain best.
 """
 
 from __future__ import annotations
@@ -34,6 +40,8 @@ from powerd.modes import PowerMode
 DRAIN_FRACTION = 0.9  # t_inf <= 0.9 * b/r: the queue drains despite jitter
 # Pairs a re-solve may measure: the model's pick, and one more if that pick fails.
 RESOLVE_NEW_PAIRS = 2
+# Pairs a re-solve may measure when no measured pair fits its goal (past max_pairs too).
+RESOLVE_MAX_PAIRS = 4
 
 
 @dataclass(frozen=True, order=True)
@@ -110,12 +118,15 @@ def fit_for(m: PairMeasurement, goal: InferenceGoal) -> bool:
 
 
 def serves_within_budget(m: PairMeasurement, goal: InferenceGoal) -> bool:
-    """Measured power within B and a queue that drains (latency not considered)."""
+    """Measured power within B and a queue that drains (latency not considered). The drain
+    is a throughput condition: judged on the median batch time (a noisy p99 would reject
+    least-power pairs that sit just under the limit); the tail goes to the latency check."""
     b = m.pair.batch_size
     return (
         math.isfinite(m.tail_ms)
+        and math.isfinite(m.batch_ms)
         and m.power_w <= goal.budget_w
-        and m.tail_ms <= float(drain_limit_ms(b, goal.rate_hz))
+        and m.batch_ms <= float(drain_limit_ms(b, goal.rate_hz))
     )
 
 
@@ -244,13 +255,31 @@ class InferencePlanner:
             if i is not None:
                 measured[i] = True
         # A re-solve stops looking for better once it has a measured fit pair and spent its
-        # verification pairs; without any fit pair it searches on like a new goal.
-        limited = new_pairs_limit is not None and new_pairs >= new_pairs_limit
-        can_measure = len(samples) < self.max_pairs and not (
-            limited and any(fit_for(m, goal) for m in samples.values())
-        )
+        # verification pairs; without any fit pair it searches on, at most RESOLVE_MAX_PAIRS.
+        # Its budget is its own, past max_pairs: the first goal's search may have spent it.
+        resolving = new_pairs_limit is not None
+        if resolving:
+            has_fit = any(fit_for(m, goal) for m in samples.values())
+            cap = new_pairs_limit if has_fit else max(new_pairs_limit, RESOLVE_MAX_PAIRS)
+            can_measure = new_pairs < cap
+        else:
+            can_measure = len(samples) < self.max_pairs
         lat = worst_latency_ms(self.grid_b, goal.rate_hz, t)
         viol = self._violation(goal, t, p, lat)
+        if (
+            resolving
+            and can_measure
+            and not any(serves_within_budget(m, goal) for m in samples.values())
+        ):
+            # No measured pair drains at the new goal: probe the model's best-predicted
+            # draining pair first (within the budget, then nearest the latency target),
+            # rather than a search from scratch or a queue that does not drain.
+            drain_v = self._violation(goal, t, p, lat, latency=False)
+            cand = ~measured & np.isfinite(drain_v)
+            if cand.any():
+                idx = np.flatnonzero(cand)
+                order = np.lexsort((idx, p[idx], viol[idx], drain_v[idx]))
+                return MeasurePair(self._pairs[int(idx[order[0]])])
         if can_measure and len(samples) < self.seeds:
             seed = self._seed(lat, t, self._violation(goal, t, p, lat, latency=False), measured)
             if seed is not None:
