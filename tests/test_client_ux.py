@@ -16,6 +16,7 @@ import pytest
 
 import powerd
 from powerd import protocol as p
+from powerd.sim.emulator import idle_power_w
 from powerd.sim.harness import EmulatedBoard, knob_snapshot
 from powerd.sim.trace import Trace
 
@@ -42,8 +43,11 @@ def _env(**extra: str) -> dict[str, str]:
 def test_status_on_an_idle_board_reports_idle_power_after_a_job(
     board: EmulatedBoard, trace: Trace
 ) -> None:
+    # Halfway between the idle draw and the lowest busy power: a reading's 1 % noise can put
+    # the lowest-power mode under its own traced value, never under this.
     lowest_busy = min(r.power_w for r in trace.rows)
-    assert board.status()["power_w"] < lowest_busy  # idle from the start
+    split = (idle_power_w(trace) + lowest_busy) / 2
+    assert board.status()["power_w"] < split  # idle from the start
     baseline = knob_snapshot(board.root)
     with powerd.request(budget_w=40, workload="busy", endpoint=board.endpoint) as job:
         deadline = time.monotonic() + 20
@@ -53,13 +57,13 @@ def test_status_on_an_idle_board_reports_idle_power_after_a_job(
         assert job.mode is not None
         time.sleep(0.3)
         busy = board.status()["power_w"]
-        assert busy > lowest_busy  # the job's load shows while powerd holds the board
+        assert busy > split  # the job's load shows while powerd holds the board
     deadline = time.monotonic() + 10
     while knob_snapshot(board.root) != baseline and time.monotonic() < deadline:
         time.sleep(0.05)
     time.sleep(0.5)  # a few settling time constants and sampling periods
     idle = board.status()["power_w"]
-    assert idle < lowest_busy, f"status still shows {idle} W on an idle board (busy {busy} W)"
+    assert idle < split, f"status still shows {idle} W on an idle board (busy {busy} W)"
 
 
 # ---- powerctl ... | head -------------------------------------------------------------------
