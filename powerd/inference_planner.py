@@ -347,19 +347,7 @@ class InferenceJobsPlanner:
         if w is not None and self.window_job == job.spec.id:
             if not w.ready(now):
                 return
-            m = w.measure(self.hooks.power, self.settings.sensor_lag_s)
-            job.samples[m.pair] = m
-            job.session.measured(m.pair)
-            self.store.save(job.spec.workload, job.spec.persistent)
-            log.info(
-                "job %s: measured %s b=%d: p99 %.1f ms/batch at %.2f W (%d batches)",
-                job.spec.id,
-                m.pair.mode,
-                m.pair.batch_size,
-                m.tail_ms,
-                m.power_w,
-                m.batches,
-            )
+            self._record(job, w, "")
             self.window, self.window_job = None, None
         action = job.session.next_action(job.samples)
         if isinstance(action, MeasurePair):
@@ -734,6 +722,23 @@ class InferenceJobsPlanner:
         opens = min((w.opens for w in ws.values()), default=now)
         return now - opens > 4 * self.spec.window_s + 1.0
 
+    def _record(self, job: _InfJob, w: PairWindow, how: str) -> None:
+        """A finished window's pair: into the job's samples and session, and the store."""
+        m = w.measure(self.hooks.power, self.settings.sensor_lag_s)
+        job.samples[m.pair] = m
+        job.session.measured(m.pair)
+        self.store.save(job.spec.workload, job.spec.persistent)
+        log.info(
+            "job %s: measured %s b=%d%s: p99 %.1f ms/batch at %.2f W (%d batches)",
+            job.spec.id,
+            m.pair.mode,
+            m.pair.batch_size,
+            how,
+            m.tail_ms,
+            m.power_w,
+            m.batches,
+        )
+
     def _finish_joint(self, active: list[_InfJob]) -> None:
         ws = self.joint_windows or {}
         self.joint_windows = None
@@ -746,19 +751,7 @@ class InferenceJobsPlanner:
                 j.active = False
                 log.info("job %s: no batches in a shared window: left out for now", j.spec.id)
                 continue
-            m = w.measure(self.hooks.power, self.settings.sensor_lag_s)
-            j.samples[m.pair] = m
-            j.session.measured(m.pair)
-            self.store.save(j.spec.workload, j.spec.persistent)
-            log.info(
-                "job %s: measured %s b=%d (shared): p99 %.1f ms/batch at %.2f W (%d batches)",
-                j.spec.id,
-                m.pair.mode,
-                m.pair.batch_size,
-                m.tail_ms,
-                m.power_w,
-                m.batches,
-            )
+            self._record(j, w, " (shared)")
         tr = self.joint_training
         if tr is not None and ws:
             w0 = next(iter(ws.values()))

@@ -70,7 +70,14 @@ class EmulatedBoard:
         self.dir = (
             Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="powerd-", dir=_scratch()))
         )
-        self.root = self.dir / "root"
+        # the emulated sysfs tree is rewritten every few ms: it lives in memory even when
+        # the state and logs go to a caller's (disk-backed) workdir
+        self._own_root = workdir is not None and _scratch() != "/tmp"
+        self.root = (
+            Path(tempfile.mkdtemp(prefix="powerd-root-", dir=_scratch())) / "root"
+            if self._own_root
+            else self.dir / "root"
+        )
         self.state_dir = self.dir / "state"
         self.endpoint = f"ipc://{self.dir}/powerd.sock"
         self.config_path = self.dir / "powerd.toml"
@@ -102,6 +109,7 @@ class EmulatedBoard:
 
     # -- lifecycle ------------------------------------------------------------------------
     def start(self) -> EmulatedBoard:
+        self.dir.mkdir(parents=True, exist_ok=True)
         build_tree(self.root, self.board, self.trace, l4t=self.l4t)
         self.emulator = Emulator(
             self.root,
@@ -162,6 +170,8 @@ class EmulatedBoard:
         if self.emulator is not None:
             self.emulator.stop()
             self.emulator = None
+        if self._own_root:
+            shutil.rmtree(self.root.parent, ignore_errors=True)
         if self._own_dir:
             shutil.rmtree(self.dir, ignore_errors=True)
 
