@@ -12,6 +12,7 @@ import grp
 import itertools
 import json
 import logging
+import mmap
 import os
 import queue
 import socket
@@ -56,6 +57,12 @@ def gate_path(endpoint: str) -> str | None:
     if not endpoint.startswith("ipc://"):
         return None
     return endpoint[len("ipc://") :] + ".gate"
+
+
+def gate_flag_path(endpoint: str) -> str | None:
+    """The daemon's fast-path flag next to the gate socket (powerd.gate explains)."""
+    path = gate_path(endpoint)
+    return None if path is None else path + "-flag"
 
 
 def admin_endpoint(endpoint: str) -> str:
@@ -342,20 +349,29 @@ class Job:
         self._n_discarded = 0  # discarded while the daemon was gone
         self._turns: _GateChannel | None = None  # managed interleaving (training steps)
         self._holding: p.JobState | None = None  # the state under which this job holds the GPU
+        self._flag: _FastPath | None = None
+        self._step_start = time.monotonic()  # when the step in flight began
         conn.on_state = self._apply_state
         conn.on_error = self._apply_error
         conn.flush = self._flush
 
     # -- the hot path ---------------------------------------------------------------------
     def step(self) -> None:
-        """Record one finished minibatch. Costs a deque append; never waits on the daemon,
-        except under managed interleaving (another job shares the GPU): then it gives the
-        GPU back and waits for its turn to run the next step."""
+        """Record one finished minibatch. Costs two deque appends; never waits on the
+        daemon, except under managed interleaving (another job shares the GPU) when a batch
+        of the other job waits or runs: then it gives the GPU back and waits for its turn
+        to run the next step."""
         self._n_steps += 1
         t = time.monotonic()
+        # duration first: the connection thread pairs durations with steps from the front
+        self._durations.append(t - self._step_start)
         self._steps.append(t)
+        self._step_start = t
+        if self._holding is not None and self._flag is not None and self._flag.mine():
+            return  # the fast path: nobody waits for the GPU (a memory read)
         if self._state.gate == "managed" or self._holding is not None:
             self._take_turn(t)
+            self._step_start = time.monotonic()
 
     def _take_turn(self, t: float) -> None:
         state = self._state
@@ -365,6 +381,8 @@ class Job:
             # one round trip: entering again also ends this job's previous hold (daemon side)
             self._turns.enter(state, 1)
             self._holding = state
+            if self._flag is None or not self._flag.current(state.job):
+                self._flag = _FastPath.open(self._conn.endpoint, state.job)
         elif self._holding is not None:
             self._turns.leave(self._holding, 1, t)
             self._holding = None
@@ -654,6 +672,49 @@ class InferenceJob(Job):
         super().close()
 
 
+class _FastPath:
+    """The daemon's fast-path flag, mapped read-only: `mine()` while the daemon lets this
+    job run its next step without asking (powerd.gate explains)."""
+
+    __slots__ = ("mm", "key", "job", "inode", "path")
+
+    def __init__(self, mm: mmap.mmap, path: str, job: str, inode: int):
+        self.mm, self.path, self.job, self.inode = mm, path, job, inode
+        self.key = p.flag_key(job)
+
+    @classmethod
+    def open(cls, endpoint: str, job: str) -> _FastPath | None:
+        path = gate_flag_path(endpoint)
+        if path is None:
+            return None
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except OSError:
+            return None  # an older daemon, a tcp endpoint, no read access: round trips
+        try:
+            st = os.fstat(fd)
+            if st.st_size < p.FLAG_BYTES:
+                return None
+            mm = mmap.mmap(fd, p.FLAG_BYTES, prot=mmap.PROT_READ)
+        except (OSError, ValueError):
+            return None
+        finally:
+            os.close(fd)
+        return cls(mm, path, job, st.st_ino)
+
+    def mine(self) -> bool:
+        return self.mm[: p.FLAG_ID_BYTES] == self.key
+
+    def current(self, job: str) -> bool:
+        """Still this job's, and the daemon's current file (a restarted daemon made anew)."""
+        if job != self.job:
+            return False
+        try:
+            return os.stat(self.path).st_ino == self.inode
+        except OSError:
+            return False
+
+
 class _GateChannel:
     """The socket a managed-interleaving gate is entered through.
 
@@ -671,6 +732,7 @@ class _GateChannel:
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
         self.timeouts = 0
+        self.sent = 0  # enters sent
 
     def _socket(self) -> zmq.Socket | socket.socket:
         if self._unix is not None:
@@ -710,6 +772,7 @@ class _GateChannel:
         with self._lock:
             sock = self._socket()
             msg_id, raw = self._message(state, "enter", size, t0)
+            self.sent += 1
             try:
                 sock.send(raw)
             except OSError:

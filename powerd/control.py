@@ -195,16 +195,10 @@ class ControlLoop:
                 j.pending.clear()
             requests = list(reg.requests)
             reg.requests.clear()
-            holds = list(reg.gate.holds) if reg.gate is not None else []
-            if reg.gate is not None:
-                reg.gate.holds.clear()
             budget = reg.effective_budget()
             claims = reg.claims
         for job, silent_s in expired:
             log.info("job %s (%s) ended: no heartbeat for %.1f s", job.id, job.workload, silent_s)
-        feed_holds = getattr(self.planner, "feed_holds", None)
-        if holds and feed_holds is not None:
-            feed_holds(holds)
         try:
             self._reacquire(specs, claims)
             self._plan(specs, budget, batches, now)

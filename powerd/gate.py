@@ -15,14 +15,22 @@ holding the GPU (evaluation, a checkpoint) or an inference client that hangs ins
 the timeout. The one that lost the slot waits its turn at its next enter. While the gate
 is not managed (one job on the board), every enter is answered at once.
 
-Each hold that ends is logged as (job, start, end) for the planner: the daemon's own
-measure of how long each step or batch held the GPU.
+The fast path of a training job: a round trip per step costs ~0.3 ms, most of it waking
+two processes, and is wasted while no batch waits. So when the gate grants a training job
+the GPU and no batch waits, it also writes that job's id into a small shared file
+(:class:`GateFlag`) that the job's client maps read-only: while the id is there, `step()`
+runs the next step without asking (a memory read). The training job then holds the GPU
+implicitly, step after step. A batch that enters clears the file first and waits for the
+step in flight: the client sees the cleared file at its next step() and comes to the gate.
+A torn read only ever yields a mismatch, i.e. the slow path. Hold bounds for training come
+from the step durations the client reports (`note_steps`), not from gate round trips.
 """
 
 from __future__ import annotations
 
 import collections
 import logging
+import mmap
 import os
 import socket
 from collections.abc import Callable
@@ -35,7 +43,6 @@ from powerd.registry import ReplyTo
 
 log = logging.getLogger("powerd.gate")
 
-MAX_HOLDS = 4096
 HOLD_FACTOR = 4.0  # a hold longer than this many times the job's median hold is a pause
 HOLD_FLOOR_S = 0.01  # ... but never cut shorter than this
 HOLD_HISTORY = 32  # holds per job the median is taken over
@@ -59,9 +66,9 @@ class GpuGate:
         self.holder_kind = ""
         self.since = 0.0
         self.waiting: collections.deque[_Waiter] = collections.deque()
-        self.holds: collections.deque[tuple[str, str, float, float]] = collections.deque(
-            maxlen=MAX_HOLDS
-        )
+        self.implicit = False  # the holder is a training job on the fast path
+        self.flag: GateFlag | None = None  # set by the server when it made the file
+        self.fast: str | None = None  # the job whose id the flag holds
         self.timeouts = 0
         self.preempted = 0  # holds cut short because another job waited
         self._recent: dict[str, collections.deque[float]] = {}
@@ -74,6 +81,11 @@ class GpuGate:
         self.waiting = collections.deque(w for w in self.waiting if w.job != job)
         if not self.managed:
             return p.GateOpen(id=reply_to.msg_id, job=job)
+        if kind == "inference" and self.implicit and self.fast is not None:
+            # the training job runs steps without asking: stop it at its next step(); the
+            # step in flight is bounded from now (when it started is not known here)
+            self._close_fast()
+            self.since = now
         if self.holder is None and (kind == "inference" or not self._inference_waits()):
             self._grant(job, kind, now)
             return p.GateOpen(id=reply_to.msg_id, job=job)
@@ -95,7 +107,8 @@ class GpuGate:
         if managed != self.managed:
             self.managed = managed
             if not managed:
-                self.holder = None
+                self.holder, self.implicit = None, False
+                self._close_fast()
                 while self.waiting:  # nothing to wait for any more
                     w = self.waiting.popleft()
                     self.post(w.reply_to, p.GateOpen(id=w.reply_to.msg_id, job=w.job))
@@ -107,11 +120,13 @@ class GpuGate:
             self._limit_of.pop(gone, None)
         if self.holder is not None:
             held = now - self.since
-            if self.holder not in live or held > self.timeout_s:
+            # a training job on the fast path holds the GPU for as long as nobody asks
+            late = held > self.timeout_s and (self.waiting or not self.implicit)
+            if self.holder not in live or late:
                 if self.holder in live:
                     self.timeouts += 1
                     log.warning("gate: job %s held the GPU past the timeout", self.holder)
-                self.holder = None
+                self._drop_holder()
             elif self.waiting and held > self.hold_limit(self.holder):
                 self.preempted += 1  # a pause: the waiting job goes; this one queues later
                 log.info(
@@ -122,7 +137,7 @@ class GpuGate:
                     self.hold_limit(self.holder) * 1000.0,
                     self.waiting[0].job,
                 )
-                self.holder = None
+                self._drop_holder()
         if self.holder is None and self.waiting:
             self._next(now)
 
@@ -130,9 +145,16 @@ class GpuGate:
         """How long `job` may hold the GPU while another waits (see the module doc)."""
         return self._limit_of.get(job, self.timeout_s)
 
+    def note_steps(self, job: str, durations: list[float]) -> None:
+        """A training job's reported step durations (gate waits excluded): its hold bound.
+        On the fast path the gate sees none of its steps begin or end."""
+        for d in durations:
+            if d > 0:
+                self._note_hold(job, d)
+
     def busy_until(self) -> float | None:
-        """When `check` must run next to cut a hold short (None: nothing held)."""
-        if self.holder is None:
+        """When `check` must run next to cut a hold short (None: nothing to cut)."""
+        if self.holder is None or (self.implicit and not self.waiting):
             return None
         if self.waiting:
             return self.since + min(self.hold_limit(self.holder), self.timeout_s)
@@ -144,20 +166,36 @@ class GpuGate:
 
     def _grant(self, job: str, kind: str, now: float) -> None:
         self.holder, self.holder_kind, self.since = job, kind, now
+        self.implicit = False
+        if kind == "training" and self.flag is not None and not self._inference_waits():
+            self.fast = job
+            self.flag.open_for(job)
+            self.implicit = True
+
+    def _close_fast(self) -> None:
+        if self.fast is not None and self.flag is not None:
+            self.flag.clear()
+        self.fast = None
+
+    def _drop_holder(self) -> None:
+        if self.holder == self.fast:
+            self._close_fast()
+        self.holder, self.implicit = None, False
 
     def _end(self, now: float) -> None:
-        if self.holder is not None:
-            self.holds.append((self.holder, self.holder_kind, self.since, now))
-            recent = self._recent.get(self.holder)
-            if recent is None:
-                recent = self._recent[self.holder] = collections.deque(maxlen=HOLD_HISTORY)
-            recent.append(now - self.since)
-            if len(recent) >= HOLD_MIN_SEEN:
-                med = sorted(recent)[len(recent) // 2]
-                self._limit_of[self.holder] = min(
-                    self.timeout_s, max(HOLD_FLOOR_S, HOLD_FACTOR * med)
-                )
-        self.holder = None
+        if self.holder is not None and not self.implicit:
+            # an implicit hold spans many steps: its length says nothing of one step
+            self._note_hold(self.holder, now - self.since)
+        self._drop_holder()
+
+    def _note_hold(self, job: str, held_s: float) -> None:
+        recent = self._recent.get(job)
+        if recent is None:
+            recent = self._recent[job] = collections.deque(maxlen=HOLD_HISTORY)
+        recent.append(held_s)
+        if len(recent) >= HOLD_MIN_SEEN:
+            med = sorted(recent)[len(recent) // 2]
+            self._limit_of[job] = min(self.timeout_s, max(HOLD_FLOOR_S, HOLD_FACTOR * med))
 
     def _next(self, now: float) -> None:
         if self.holder is not None or not self.waiting:
@@ -166,6 +204,40 @@ class GpuGate:
         self.waiting.remove(pick)
         self._grant(pick.job, pick.kind, now)
         self.post(pick.reply_to, p.GateOpen(id=pick.reply_to.msg_id, job=pick.job))
+
+
+# ---- the fast path's flag ---------------------------------------------------------------------
+
+class GateFlag:
+    """The daemon's side of the fast path: a small file next to the gate socket, mapped
+    shared, that training clients map read-only (see the module doc)."""
+
+    def __init__(self, path: str):
+        self.path = path
+        tmp = f"{path}.{os.getpid()}.tmp"
+        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            os.write(fd, bytes(p.FLAG_BYTES))
+            self.mm = mmap.mmap(fd, p.FLAG_BYTES)
+        finally:
+            os.close(fd)
+        # a new file, not a rewrite of a stale one: a client still mapping the old one (a
+        # daemon that crashed) reads the old content, never this daemon's job ids
+        os.replace(tmp, path)
+
+    def open_for(self, job: str) -> None:
+        self.mm[: p.FLAG_ID_BYTES] = p.flag_key(job)
+
+    def clear(self) -> None:
+        self.mm[: p.FLAG_ID_BYTES] = bytes(p.FLAG_ID_BYTES)
+
+    def close(self) -> None:
+        self.clear()  # a client that keeps the mapping takes the slow path from now on
+        self.mm.close()
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass
 
 
 # ---- the gate's own socket ------------------------------------------------------------------

@@ -132,16 +132,18 @@ class InterleaveJobsPlanner:
             self.served = None  # re-solve (from what is measured)
 
     def feed(self, job_id: str, ends: Sequence[float], durations: Sequence[float]) -> None:
+        if job_id == self._train_id():
+            # the training client times each step from its start (after any wait at the
+            # gate) to its step(): the span it held the GPU
+            self._feed_holds([(t - d, t) for t, d in zip(ends, durations, strict=False) if d > 0])
+            return
         self.inf.feed(job_id, ends, durations)
         if self.probe is not None and job_id == self._inf_id():
             for t, d in zip(ends, durations, strict=False):
                 self.probe.infer.add(t - d, t)
 
-    def feed_holds(self, holds: Sequence[tuple[str, str, float, float]]) -> None:
-        tid = self._train_id()
-        for job, _kind, start, end in holds:
-            if job != tid:
-                continue
+    def _feed_holds(self, holds: Sequence[tuple[float, float]]) -> None:
+        for start, end in holds:
             self.holds.append((start, end))
             if self._side is not None and self.inf.joint_windows is not None:
                 self._side.holds.append((start, end))

@@ -34,6 +34,16 @@ MAX_ID_CHARS = 64
 MAX_NAME_CHARS = 200
 MAX_TIMESTAMP_S = 1e10  # CLOCK_MONOTONIC seconds: ~300 years of uptime
 MAX_DURATION_S = 1e6
+# The gate's fast-path flag (powerd.gate): a file of FLAG_BYTES holding the id of the training
+# job that may step without asking, zero-padded; all zeros: every job asks.
+FLAG_ID_BYTES = MAX_ID_CHARS
+FLAG_BYTES = 128
+
+
+def flag_key(job: str) -> bytes:
+    """The flag's content while `job` is on the fast path."""
+    return job.encode()[:FLAG_ID_BYTES].ljust(FLAG_ID_BYTES, b"\0")
+
 
 Phase = Literal["queued", "profiling", "fitting", "tuned", "idle"]
 Kind = Literal["training", "inference"]
@@ -87,7 +97,8 @@ class Steps(_Msg):
     job: JobId
     t: list[Timestamp] = Field(default_factory=list, max_length=MAX_STEPS_PER_MSG)
     # Inference batches report their own duration (s): the gap between batches is arrival
-    # time, not work. Training steps leave this empty and the daemon uses the intervals.
+    # time, not work. Training steps report the time since the previous step() returned
+    # (a wait at the GPU gate excluded); a training job alone is timed by the intervals.
     d: list[Duration] = Field(default_factory=list, max_length=MAX_STEPS_PER_MSG)
 
     @model_validator(mode="after")

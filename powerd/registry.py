@@ -95,7 +95,6 @@ class Registry:
     # managed interleaving: set by the control path when a planner orders the GPU work;
     # the gate itself (powerd.gate.GpuGate) runs on the request path under `lock`
     gate_managed: bool = False
-    gate: Any = None
     # registers and set_budgets so far: a board powerd yielded to another tool is taken
     # again on the next one ([device] on_external_change = "yield")
     claims: int = 0

@@ -32,12 +32,12 @@ from typing import Any
 import zmq
 
 from powerd import protocol as p
-from powerd.client import admin_endpoint, gate_path
+from powerd.client import admin_endpoint, gate_flag_path, gate_path
 from powerd.config import Config
 from powerd.control import ControlLoop
 from powerd.device.coexist import jtop_state
 from powerd.fitting import Fitting
-from powerd.gate import GATE_SOCK, GateListener, GpuGate
+from powerd.gate import GATE_SOCK, GateFlag, GateListener, GpuGate
 from powerd.hardware import Hardware
 from powerd.planner import JobView
 from powerd.registry import JobRecord, Owner, RateLimiter, Registry, ReplyTo
@@ -74,7 +74,6 @@ class Daemon:
         self._outbox: collections.deque[tuple[ReplyTo, p.BaseModel]] = collections.deque()
         self.on_reply: Any = None  # set by the Server: wakes the request thread
         self.gate = GpuGate(self._post_reply, self.heartbeat_timeout_s)
-        self.registry.gate = self.gate
         # jobs an admin's restore ended -> their owner: told `released` (only to that owner)
         self._released: collections.OrderedDict[str, Owner] = collections.OrderedDict()
         self._jtop: tuple[float, dict[str, Any]] = (-1e9, {})
@@ -259,6 +258,8 @@ class Daemon:
             if req.t or req.d:
                 job.steps += len(req.t)
                 job.pending.append((list(req.t), list(req.d)))
+                if job.kind == "training" and req.d:
+                    self.gate.note_steps(job.id, req.d)
             return self._job_state(job, req.id)
 
     def _on_set_budget(self, req: p.SetBudget, owner: Owner, now: float) -> p.BaseModel:
@@ -525,19 +526,22 @@ def _prepare_ipc(endpoint: str) -> None:
 def _set_socket_access(endpoint: str, group: str) -> None:
     """0660 with the configured group; a group that does not exist: warn, root-only."""
     path = _ipc_path(endpoint)
-    if path is None:
-        return
+    if path is not None:
+        _set_access(path, group, 0o660)
+
+
+def _set_access(path: Path | str, group: str, mode: int) -> None:
     if not group:
-        os.chmod(path, 0o660)
+        os.chmod(path, mode)
         return
     try:
         gid = grp.getgrnam(group).gr_gid
     except KeyError:
-        log.warning("group %r does not exist: %s stays root-only (0600)", group, path)
-        os.chmod(path, 0o600)
+        log.warning("group %r does not exist: %s stays root-only", group, path)
+        os.chmod(path, mode & 0o700)
         return
     os.chown(path, -1, gid)
-    os.chmod(path, 0o660)
+    os.chmod(path, mode)
 
 
 class Server:
@@ -569,6 +573,7 @@ class Server:
 
         control = self.daemon.control
         gate: GateListener | None = None
+        flag: GateFlag | None = None
         try:
             for ep, group, admin in endpoints:
                 _prepare_ipc(ep)
@@ -582,11 +587,16 @@ class Server:
                 poller.register(s, zmq.POLLIN)
                 socks.append((s, admin))
                 log.info("listening on %s%s", ep, " (admin)" if admin else "")
-            gpath = gate_path(cfg.endpoint)
+            gpath, fpath = gate_path(cfg.endpoint), gate_flag_path(cfg.endpoint)
             if gpath is not None:
                 gate = GateListener(gpath)
                 _set_socket_access("ipc://" + gpath, cfg.socket_group)
                 poller.register(gate.listener.fileno(), zmq.POLLIN)
+            if fpath is not None:
+                flag = GateFlag(fpath)
+                _set_access(fpath, cfg.socket_group, 0o640)  # clients only read it
+                with self.daemon.registry.lock:
+                    self.daemon.gate.flag = flag
             poller.register(wake_r, zmq.POLLIN)
             self.daemon.on_reply = wake
             control.start(self.stop_event)
@@ -595,6 +605,11 @@ class Server:
         finally:
             if gate is not None:
                 gate.close()
+            if flag is not None:
+                with self.daemon.registry.lock:
+                    self.daemon.gate.flag = None
+                    self.daemon.gate.fast = None
+                flag.close()
             self.stop_event.set()
             if control.thread is not None:
                 # a control path stuck in the kernel cannot be waited for forever: after

@@ -97,7 +97,9 @@ class TrainingPlanner:
 
     def feed(self, job_id: str, ends: Sequence[float], durations: Sequence[float]) -> None:
         if self.tuner is not None and job_id == self.tuner_job:
-            self.tuner.feed_steps(list(ends), list(durations))
+            # a training job alone is timed by its step intervals (its reported durations
+            # only matter when it shares the GPU)
+            self.tuner.feed_steps(list(ends), [])
 
     def tick(self, now: float) -> None:
         self._arbitrate()

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from powerd import protocol as p
-from powerd.gate import GpuGate
+from powerd.client import _FastPath
+from powerd.gate import GateFlag, GpuGate
 from powerd.registry import ReplyTo
 
 
@@ -25,7 +26,6 @@ def test_a_waiting_batch_goes_before_the_next_training_step() -> None:
     assert [r.job for _, r in posted] == ["inf"] and g.holder == "inf"
     g.leave("inf", 0.05)
     assert [r.job for _, r in posted] == ["inf", "tr"] and g.holder == "tr"
-    assert [h[0] for h in g.holds] == ["tr", "inf"]
 
 
 def test_a_holder_that_is_gone_or_late_loses_the_slot() -> None:
@@ -101,3 +101,81 @@ def test_a_job_that_left_while_waiting_is_not_granted_afterwards() -> None:
     g.leave("inf", 0.2)  # its client stopped waiting, ran the batch and left
     g.enter("tr", "training", ReplyTo(0, b"t", 3), 0.3)
     assert g.holder == "tr" and not posted
+
+
+# ---- the fast path: a training job steps without a round trip while nobody waits -----------
+
+
+@pytest.fixture
+def fast(tmp_path):
+    """A gate with its flag file, and the training client's read-only view of it."""
+    g, posted = _gate()
+    endpoint = f"ipc://{tmp_path}/powerd.sock"
+    g.flag = GateFlag(f"{tmp_path}/powerd.sock.gate-flag")
+    yield g, posted, lambda job: _FastPath.open(endpoint, job)
+    g.flag.close()
+
+
+def test_a_training_job_alone_on_the_gate_steps_without_asking_until_a_batch_comes(fast) -> None:
+    g, posted, view = fast
+    assert isinstance(g.enter("tr", "training", ReplyTo(0, b"t", 1), 0.0), p.GateOpen)
+    tr, other = view("tr"), view("tr2")
+    assert tr.mine() and not other.mine()
+    assert g.busy_until() is None  # nothing to cut: it may step for as long as nobody asks
+    g.check(5.0, {"tr", "inf"}, managed=True)  # far past the 1 s timeout
+    assert g.holder == "tr" and g.timeouts == 0 and tr.mine()
+    # a batch comes: the flag is cleared at once; the batch waits for the step in flight
+    assert g.enter("inf", "inference", ReplyTo(0, b"i", 2), 5.01) is None
+    assert not tr.mine() and g.holder == "tr"
+    # the trainer's next step() sees it and asks: the batch goes first
+    assert g.enter("tr", "training", ReplyTo(0, b"t", 3), 5.02) is None
+    assert g.holder == "inf" and [r.job for _, r in posted] == ["inf"] and not tr.mine()
+    # the batch ends: the trainer is let in, back on the fast path
+    g.leave("inf", 5.03)
+    assert g.holder == "tr" and posted[-1][1].job == "tr" and tr.mine()
+
+
+def test_a_trainer_that_pauses_on_the_fast_path_is_cut_after_a_few_of_its_step_times(fast) -> None:
+    g, posted, view = fast
+    g.enter("tr", "training", ReplyTo(0, b"t", 1), 0.0)
+    g.note_steps("tr", [0.02] * 5)  # its client reports 20 ms steps
+    assert g.hold_limit("tr") == pytest.approx(0.08)
+    assert g.enter("inf", "inference", ReplyTo(0, b"i", 2), 3.0) is None
+    assert g.busy_until() == pytest.approx(3.08)  # bounded from when the batch came
+    g.check(3.05, {"tr", "inf"}, managed=True)
+    assert g.holder == "tr"
+    g.check(3.081, {"tr", "inf"}, managed=True)
+    assert g.holder == "inf" and g.preempted == 1 and not view("tr").mine()
+    # the trainer resumes: it asks, and waits for the batch
+    assert g.enter("tr", "training", ReplyTo(0, b"t", 3), 3.1) is None
+    g.leave("inf", 3.11)
+    assert g.holder == "tr" and view("tr").mine()
+
+
+def test_the_fast_path_closes_when_the_gate_stops_managing_or_the_trainer_is_gone(fast) -> None:
+    g, _, view = fast
+    g.enter("tr", "training", ReplyTo(0, b"t", 1), 0.0)
+    assert view("tr").mine()
+    g.check(0.1, {"tr"}, managed=False)
+    assert not view("tr").mine() and g.holder is None
+    g.check(0.2, {"tr"}, managed=True)
+    g.enter("tr", "training", ReplyTo(0, b"t", 2), 0.3)
+    assert view("tr").mine()
+    g.check(0.4, {"inf"}, managed=True)  # its client died
+    assert not view("tr").mine() and g.holder is None
+
+
+def test_a_flag_left_by_a_crashed_daemon_is_not_read_as_the_new_one(tmp_path) -> None:
+    path = f"{tmp_path}/powerd.sock.gate-flag"
+    old = GateFlag(path)
+    old.open_for("tr")
+    seen = _FastPath.open(f"ipc://{tmp_path}/powerd.sock", "tr")
+    assert seen.mine() and seen.current("tr")
+    new = GateFlag(path)  # the next daemon makes its own file; the old mapping still reads
+    assert not seen.current("tr") and not seen.current("tr2")
+    fresh = _FastPath.open(f"ipc://{tmp_path}/powerd.sock", "tr")
+    assert not fresh.mine()
+    new.open_for("tr")
+    assert fresh.mine()
+    new.close()
+    assert not fresh.mine()
