@@ -6,8 +6,9 @@ formed inference batch first. Mode and batch size are chosen jointly by
 `powerd.optimize.interleave.InterleavePlanner` from what is measured: the training
 workload's samples (its own tuning, and what was measured here), the inference workload's
 pairs. A joint probe runs both at one (mode, b) and measures each apart: batches from the
-windows the inference client reports, training steps from the gate's holds (the daemon's
-own clock: grant to the next step). Power of each: the INA3221 samples inside its windows.
+windows the inference client reports, training steps from the step durations the training
+client reports (each from the step's start, after any wait at the gate, to its step()).
+Power of each: the INA3221 samples inside its windows.
 
 When a job leaves, the control loop hands the board back to the single-kind planner, which
 re-solves from the samples already measured (no re-profiling).

@@ -520,3 +520,47 @@ def test_an_inference_client_killed_inside_a_batch_blocks_training_at_most_a_hea
         if proc.poll() is None:
             proc.kill()
         job.close()
+
+
+def test_training_steps_without_asking_while_no_batch_waits_and_asks_when_one_does(board):
+    """The gate's fast path: with an inference job registered but no batch waiting, a
+    training step() reads the daemon's flag and runs on; a batch that enters clears it, and
+    the next step() comes to the gate and waits for the batch."""
+    eb, _ = board
+    job = powerd.request(budget_w=BUDGET, workload="fast-trainer", endpoint=eb.endpoint)
+    inf = powerd.request(
+        kind="inference", budget_w=BUDGET, rate_hz=50.0, latency_ms=2000,
+        endpoint=eb.endpoint, batch_sizes=(1, 4), workload="idle-server",
+    )
+    try:
+        assert _wait(lambda: (job.step() or job._state.gate == "managed"), 10)
+        for _ in range(3):  # the first managed step asks once; the daemon opens the flag
+            job.step()
+            time.sleep(0.005)
+        sent = job._turns.sent
+        for _ in range(200):
+            job.step()
+            time.sleep(0.002)  # the step's work
+        assert job._turns.sent == sent, "a step asked the daemon while nothing waited"
+        # a batch runs; the trainer's next step asks (the flag was cleared) and is let in
+        # only after the batch left
+        with inf.batch(size=inf.batch_size) as handle:
+            t_inside = time.monotonic()
+            stepped = threading.Event()
+            waiter = threading.Thread(target=lambda: (job.step(), stepped.set()))
+            waiter.start()
+            time.sleep(0.2)
+            assert not stepped.is_set(), "a training step ran while the batch held the GPU"
+        t_left = time.monotonic()
+        waiter.join(5)
+        assert stepped.is_set() and job._turns.sent >= sent + 1
+        assert handle.waited_s < 0.5 and t_left - t_inside >= 0.2
+        # and once let in, it is back on the fast path
+        sent = job._turns.sent
+        for _ in range(50):
+            job.step()
+            time.sleep(0.002)
+        assert job._turns.sent == sent
+    finally:
+        inf.close()
+        job.close()
