@@ -14,6 +14,7 @@ import threading
 import time
 
 import pytest
+from waiting import first_true
 
 import powerd
 from powerd.cli import _ctl, format_status
@@ -173,17 +174,6 @@ def test_an_inference_job_without_a_rate_is_refused(board) -> None:
         powerd.request(kind="inference", budget_w=BUDGET, endpoint=eb.endpoint)
 
 
-def wait_for(pred, timeout_s: float, period_s: float = 0.1):
-    """pred()'s first true value within timeout_s, else None."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        got = pred()
-        if got:
-            return got
-        time.sleep(period_s)
-    return None
-
-
 def _p99(xs) -> float:
     import numpy as np
 
@@ -225,7 +215,7 @@ def test_two_inference_jobs_are_served_at_once_with_both_latency_targets_met(
     ]
     for t in threads:
         t.start()
-    st = wait_for(lambda: _shared_status(eb), 17.0)
+    st = first_true(lambda: _shared_status(eb), 17.0)
     for t in threads:
         t.join()
     assert st is not None, eb.log_tail()
@@ -253,7 +243,7 @@ def test_two_inference_jobs_are_served_at_once_with_both_latency_targets_met(
         assert 1 <= inf["pairs_profiled"] <= 8 and inf["fitted"] is True
         assert set(inf["batch_sizes"]) <= {4, 16}
         assert f"inference: {inf['pairs_profiled']} pairs profiled" in format_status(st)
-    assert wait_for(lambda: knob_snapshot(eb.root) == before, 8)
+    assert first_true(lambda: knob_snapshot(eb.root) == before, 8)
 
 
 def _shared_status(eb):

@@ -13,6 +13,7 @@ import threading
 import time
 
 import pytest
+from waiting import first_true
 
 import powerd
 from powerd.sim.gpu import Gpu, idle_power
@@ -47,16 +48,6 @@ def board(batches, tmp_path):
     )
     with eb:
         yield eb, Gpu(eb.emulator, idle_power(batches[1]), time_scale=SCALE)
-
-
-def _wait(pred, timeout_s: float, every: float = 0.1):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        got = pred()
-        if got:
-            return got
-        time.sleep(every)
-    return None
 
 
 def _phase_of(eb, kind: str) -> str | None:
@@ -135,7 +126,7 @@ def test_training_then_inference_joins_and_leaves_first(board, batches, train_tr
     _seed(eb, batches, ("emulated-inference",), train_trace)
     before = knob_snapshot(eb.root)
     trainer = _Trainer(eb, train_trace, gpu)
-    assert _wait(lambda: _phase_of(eb, "training") == "tuned", 20), eb.log_tail()
+    assert first_true(lambda: _phase_of(eb, "training") == "tuned", 20), eb.log_tail()
     alone = eb.status()["mode"]
     seen: dict = {}
 
@@ -158,12 +149,12 @@ def test_training_then_inference_joins_and_leaves_first(board, batches, train_tr
     assert max(run.gate_waits_s) <= HEARTBEAT_MS / 1000.0
     # the inference job left: training is back at the mode it was tuned to alone, with
     # no new profiling
-    back = _wait(
+    back = first_true(
         lambda: eb.status()["planner"] == "training" and eb.status()["mode"] == alone, 10
     )
     switch_s = time.monotonic() - left
     assert back, eb.log_tail()
-    assert _wait(lambda: _phase_of(eb, "training") == "tuned", 10)
+    assert first_true(lambda: _phase_of(eb, "training") == "tuned", 10)
     print(
         f"switch back to training-only: {switch_s * 1000:.0f} ms seen by status; "
         f"close -> mode applied in the daemon: {_switch_ms(eb, 'inference')} ms"
@@ -172,7 +163,7 @@ def test_training_then_inference_joins_and_leaves_first(board, batches, train_tr
     assert not [ln for ln in _measures(eb, marker) if "b=" not in ln]
     trainer.stop()
     assert trainer.steps > 0
-    assert _wait(lambda: knob_snapshot(eb.root) == before, 8)
+    assert first_true(lambda: knob_snapshot(eb.root) == before, 8)
 
 
 def test_inference_then_training_joins_and_leaves_first(board, batches, train_trace) -> None:
@@ -222,7 +213,7 @@ def test_inference_then_training_joins_and_leaves_first(board, batches, train_tr
     lines = eb.daemon_log.read_text().splitlines()[state["marker"]:]
     assert not [ln for ln in lines if re.search(r"measured .* b=\d+", ln)]
     assert run.feasible is True
-    assert _wait(lambda: knob_snapshot(eb.root) == before, 8)
+    assert first_true(lambda: knob_snapshot(eb.root) == before, 8)
 
 
 _DYING_TRAINER = textwrap.dedent(
@@ -255,7 +246,7 @@ def test_a_client_dying_while_it_holds_the_gpu_blocks_the_other_at_most_a_heartb
         for line in proc.stdout:  # type: ignore[union-attr]
             if line.strip() == "managed":
                 break
-        assert _wait(lambda: inf._state.gate == "managed", 5)
+        assert first_true(lambda: inf._state.gate == "managed", 5)
         proc.send_signal(signal.SIGKILL)
         proc.wait()
         t0 = time.monotonic()
@@ -265,7 +256,7 @@ def test_a_client_dying_while_it_holds_the_gpu_blocks_the_other_at_most_a_heartb
         assert handle.waited_s <= waited
         assert waited <= HEARTBEAT_MS / 1000.0 + 0.5
         # and the board goes back to inference alone
-        assert _wait(lambda: eb.status()["planner"] == "inference", 5)
+        assert first_true(lambda: eb.status()["planner"] == "inference", 5)
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -277,7 +268,7 @@ def test_training_then_inference_and_training_leaves_first(board, batches, train
     _seed(eb, batches, ("emulated-inference",), train_trace)
     state: dict = {}
     trainer = _Trainer(eb, train_trace, gpu, max_s=9)
-    assert _wait(lambda: _phase_of(eb, "training") == "tuned", 8), eb.log_tail()
+    assert first_true(lambda: _phase_of(eb, "training") == "tuned", 8), eb.log_tail()
 
     def on_batch(inf, run) -> None:
         if inf._state.gate == "managed":
@@ -312,7 +303,7 @@ def test_inference_then_training_and_inference_leaves_first(board, batches, trai
         )
     )
     inf_thread.start()
-    assert _wait(lambda: _phase_of(eb, "inference") is not None, 5)
+    assert first_true(lambda: _phase_of(eb, "inference") is not None, 5)
     time.sleep(1.0)
     seen: dict = {}
 
@@ -394,8 +385,9 @@ def test_two_inference_jobs_then_training_joins_and_leaves_first(board, batches,
     ]
     for t in threads:
         t.start()
-    two = _wait(lambda: _tuner(eb).get("state") == "tuned" and len(_tuner(eb).get("jobs") or [])
-                == 2, 8)
+    two = first_true(
+        lambda: _tuner(eb).get("state") == "tuned" and len(_tuner(eb).get("jobs") or []) == 2, 8
+    )
     assert two, eb.log_tail()
     marker = eb.daemon_log.read_text().count("\n")
 
@@ -415,7 +407,7 @@ def test_two_inference_jobs_then_training_joins_and_leaves_first(board, batches,
     assert tr.steps > 0
     # the training job left first: the two inference jobs share the GPU again, re-solved from
     # what is measured (no inference pair measured after the training job left)
-    back = _wait(lambda: eb.status()["planner"] == "inference"
+    back = first_true(lambda: eb.status()["planner"] == "inference"
                  and _tuner(eb).get("state") == "tuned"
                  and len(_tuner(eb).get("jobs") or []) == 2, 6)
     assert back, eb.log_tail()
@@ -427,7 +419,7 @@ def test_two_inference_jobs_then_training_joins_and_leaves_first(board, batches,
     for n in ("a", "b"):
         assert runs[n].feasible is True and runs[n].latencies_ms
         assert max(runs[n].gate_waits_s) <= HEARTBEAT_MS / 1000.0
-    assert _wait(lambda: knob_snapshot(eb.root) == before, 8)
+    assert first_true(lambda: knob_snapshot(eb.root) == before, 8)
 
 
 _PAUSING_TRAINER = textwrap.dedent(
@@ -477,7 +469,7 @@ def test_a_training_job_pausing_while_it_holds_the_gpu_delays_a_batch_a_few_step
         for line in proc.stdout:  # type: ignore[union-attr]
             if line.strip() == "pausing":
                 break
-        assert _wait(lambda: inf._state.gate == "managed", 5)
+        assert first_true(lambda: inf._state.gate == "managed", 5)
         time.sleep(0.05)
         t0 = time.monotonic()
         with inf.batch(size=inf.batch_size) as handle:
@@ -487,7 +479,7 @@ def test_a_training_job_pausing_while_it_holds_the_gpu_delays_a_batch_a_few_step
         # few of its step times, not after the heartbeat timeout
         assert proc.poll() is None
         assert handle.waited_s <= waited < 0.5 * HEARTBEAT_MS / 1000.0, waited
-        assert _wait(lambda: "handed over" in eb.daemon_log.read_text(), 3)
+        assert first_true(lambda: "handed over" in eb.daemon_log.read_text(), 3)
         # and the next batch does not wait behind the pause again
         with inf.batch(size=inf.batch_size) as again:
             pass
@@ -503,7 +495,7 @@ def test_an_inference_client_killed_inside_a_batch_blocks_training_at_most_a_hea
     job = powerd.request(budget_w=BUDGET, workload="waiting-trainer", endpoint=eb.endpoint)
     proc = _spawn(_HANGING_BATCH, eb.endpoint)
     try:
-        assert _wait(lambda: (job.step() or job._state.gate == "managed"), 10)
+        assert first_true(lambda: (job.step() or job._state.gate == "managed"), 10)
         for line in proc.stdout:  # type: ignore[union-attr]
             if line.strip() == "inside":
                 break
@@ -515,7 +507,7 @@ def test_an_inference_client_killed_inside_a_batch_blocks_training_at_most_a_hea
         waited = time.monotonic() - t0
         assert waited <= HEARTBEAT_MS / 1000.0 + 0.5, waited
         # the dead job is dropped: training alone again, through the open gate
-        assert _wait(lambda: eb.status()["planner"] == "training", 5)
+        assert first_true(lambda: eb.status()["planner"] == "training", 5)
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -533,7 +525,7 @@ def test_training_steps_without_asking_while_no_batch_waits_and_asks_when_one_do
         endpoint=eb.endpoint, batch_sizes=(1, 4), workload="idle-server",
     )
     try:
-        assert _wait(lambda: (job.step() or job._state.gate == "managed"), 10)
+        assert first_true(lambda: (job.step() or job._state.gate == "managed"), 10)
         for _ in range(3):  # the first managed step asks once; the daemon opens the flag
             job.step()
             time.sleep(0.005)

@@ -30,3 +30,14 @@ def poll_until(cond: Callable[[], Any], timeout_s: float = 2.0, period_s: float 
             return False
         time.sleep(period_s)
     return True
+
+
+def first_true(pred: Callable[[], Any], timeout_s: float, period_s: float = 0.1) -> Any:
+    """`pred()`'s first true value within `timeout_s`, else None (for tests that use it)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        got = pred()
+        if got:
+            return got
+        time.sleep(period_s)
+    return None
