@@ -148,9 +148,8 @@ class GpuGate:
     def note_steps(self, job: str, durations: list[float]) -> None:
         """A training job's reported step durations (gate waits excluded): its hold bound.
         On the fast path the gate sees none of its steps begin or end."""
-        for d in durations:
-            if d > 0:
-                self._note_hold(job, d)
+        # only the last HOLD_HISTORY count: a long backlog costs no more than that
+        self._note_holds(job, [d for d in durations[-HOLD_HISTORY:] if d > 0])
 
     def busy_until(self) -> float | None:
         """When `check` must run next to cut a hold short (None: nothing to cut)."""
@@ -185,14 +184,16 @@ class GpuGate:
     def _end(self, now: float) -> None:
         if self.holder is not None and not self.implicit:
             # an implicit hold spans many steps: its length says nothing of one step
-            self._note_hold(self.holder, now - self.since)
+            self._note_holds(self.holder, [now - self.since])
         self._drop_holder()
 
-    def _note_hold(self, job: str, held_s: float) -> None:
+    def _note_holds(self, job: str, held_s: list[float]) -> None:
+        if not held_s:
+            return
         recent = self._recent.get(job)
         if recent is None:
             recent = self._recent[job] = collections.deque(maxlen=HOLD_HISTORY)
-        recent.append(held_s)
+        recent.extend(held_s)
         if len(recent) >= HOLD_MIN_SEEN:
             med = sorted(recent)[len(recent) // 2]
             self._limit_of[job] = min(self.timeout_s, max(HOLD_FLOOR_S, HOLD_FACTOR * med))
