@@ -40,6 +40,22 @@ def trace(agx_trace: Trace) -> Trace:
     return agx_trace
 
 
+@pytest.fixture(scope="session")
+def resnet_pairs():
+    """ResNet-18 inference on Orin AGX over (mode, batch size): the in-sample inference trace."""
+    from powerd_replay.inference import PairTrace
+
+    return PairTrace.load(TRACE_DIR / "orin_agx_resnet18_imagenet_infer.csv")
+
+
+@pytest.fixture(scope="session")
+def mobilenet_pairs():
+    """MobileNet v3 inference on Orin AGX over (mode, batch size): held out of all tuning."""
+    from powerd_replay.inference import PairTrace
+
+    return PairTrace.load(TRACE_DIR / "orin_agx_mobilenetv3_gld23k_infer.csv")
+
+
 EmulatorFactory = Callable[..., Emulator]
 
 

@@ -21,7 +21,6 @@ from powerd.optimize.inference import (
     worst_latency_ms,
 )
 from powerd.predictor.batch import InferenceReference, make_fitter
-from powerd.sim.trace import TRACE_DIR
 from powerd_replay.inference import (
     PairMeasurer,
     PairTrace,
@@ -32,18 +31,10 @@ from powerd_replay.inference import (
 
 
 @pytest.fixture(scope="module")
-def resnet() -> PairTrace:
-    return PairTrace.load(TRACE_DIR / "orin_agx_resnet18_imagenet_infer.csv")
-
-
-@pytest.fixture(scope="module")
-def mobilenet() -> PairTrace:
-    return PairTrace.load(TRACE_DIR / "orin_agx_mobilenetv3_gld23k_infer.csv")
-
-
-@pytest.fixture(scope="module")
-def prior(resnet: PairTrace) -> InferenceReference:
-    return InferenceReference.fit(resnet.modes_all, resnet.b_all, resnet.t_all, resnet.p_all)
+def prior(resnet_pairs: PairTrace) -> InferenceReference:
+    return InferenceReference.fit(
+        resnet_pairs.modes_all, resnet_pairs.b_all, resnet_pairs.t_all, resnet_pairs.p_all
+    )
 
 
 def planner(trace: PairTrace, prior: InferenceReference, **kw) -> InferencePlanner:
@@ -60,46 +51,54 @@ def test_worst_case_latency_formula() -> None:
     assert not fit_for(m, InferenceGoal(200.0, 10.0, None))  # 35 ms > 0.9 * 4/200 s
 
 
-def test_serves_a_measured_pair_that_fits_near_the_least_power(mobilenet, prior) -> None:
+def test_serves_a_measured_pair_that_fits_near_the_least_power(mobilenet_pairs, prior) -> None:
     goal = InferenceGoal(rate_hz=30, budget_w=20, latency_ms=200)
     samples: dict[Pair, PairMeasurement] = {}
-    served, probes = solve_goal(planner(mobilenet, prior), goal, samples, PairMeasurer(mobilenet))
+    served, probes = solve_goal(
+        planner(mobilenet_pairs, prior), goal, samples, PairMeasurer(mobilenet_pairs)
+    )
     assert served.feasible and served.best_latency_ms is None
     assert served.pair in samples and fit_for(samples[served.pair], goal)
     assert probes == len(samples) <= 30
-    opt = mobilenet.optimal(goal)
+    opt = mobilenet_pairs.optimal(goal)
     assert opt is not None
-    assert mobilenet.rows[served.pair][1] <= 1.20 * opt[1]  # median over grids: ~1.10
+    assert mobilenet_pairs.rows[served.pair][1] <= 1.20 * opt[1]  # median over grids: ~1.10
 
 
-def test_infeasible_target_serves_best_latency_under_budget(mobilenet, prior) -> None:
+def test_infeasible_target_serves_best_latency_under_budget(mobilenet_pairs, prior) -> None:
     goal = InferenceGoal(rate_hz=30, budget_w=16, latency_ms=10)  # below any batch time
     samples: dict[Pair, PairMeasurement] = {}
-    served, _ = solve_goal(planner(mobilenet, prior), goal, samples, PairMeasurer(mobilenet))
+    served, _ = solve_goal(
+        planner(mobilenet_pairs, prior), goal, samples, PairMeasurer(mobilenet_pairs)
+    )
     assert not served.feasible
     assert served.within_budget and samples[served.pair].power_w <= 16
     assert served.best_latency_ms == pytest.approx(served.latency_ms)
-    relaxed = mobilenet.optimal(InferenceGoal(30, 16, None))
+    relaxed = mobilenet_pairs.optimal(InferenceGoal(30, 16, None))
     assert relaxed is not None
     # Within 10% of the lowest worst-case latency any pair reaches under the budget.
-    true_latency = worst_latency_ms(served.pair.batch_size, 30, mobilenet.rows[served.pair][0])
+    true_latency = worst_latency_ms(
+        served.pair.batch_size, 30, mobilenet_pairs.rows[served.pair][0]
+    )
     assert true_latency <= 1.10 * relaxed[2]
 
 
-def test_no_latency_target_minimises_latency_under_budget(mobilenet, prior) -> None:
+def test_no_latency_target_minimises_latency_under_budget(mobilenet_pairs, prior) -> None:
     goal = InferenceGoal(rate_hz=60, budget_w=25)
     samples: dict[Pair, PairMeasurement] = {}
-    served, _ = solve_goal(planner(mobilenet, prior), goal, samples, PairMeasurer(mobilenet))
-    best = mobilenet.optimal(goal)
+    served, _ = solve_goal(
+        planner(mobilenet_pairs, prior), goal, samples, PairMeasurer(mobilenet_pairs)
+    )
+    best = mobilenet_pairs.optimal(goal)
     assert served.feasible and best is not None
-    t, p = mobilenet.rows[served.pair]
+    t, p = mobilenet_pairs.rows[served.pair]
     assert p <= 25.5
     assert worst_latency_ms(served.pair.batch_size, 60, t) <= 1.05 * best[2]
 
 
-def test_rate_change_resolves_from_what_is_measured(mobilenet, prior) -> None:
-    pl = planner(mobilenet, prior)
-    measure = PairMeasurer(mobilenet)
+def test_rate_change_resolves_from_what_is_measured(mobilenet_pairs, prior) -> None:
+    pl = planner(mobilenet_pairs, prior)
+    measure = PairMeasurer(mobilenet_pairs)
     samples: dict[Pair, PairMeasurement] = {}
     first, probes = solve_goal(pl, InferenceGoal(30, 20, 200), samples, measure)
     assert probes > 0
@@ -115,16 +114,20 @@ def test_rate_change_resolves_from_what_is_measured(mobilenet, prior) -> None:
     assert probes3 == 0 and again.pair == first.pair
 
 
-def test_never_profiles_more_than_max_pairs(mobilenet) -> None:
+def test_never_profiles_more_than_max_pairs(mobilenet_pairs) -> None:
     class Wrong:
         """A model that is confidently wrong: everything fits at 1 ms and 1 W."""
 
         def predict(self, modes, b):
             return np.ones(len(b)), np.ones(len(b))
 
-    pl = InferencePlanner(mobilenet.modes, mobilenet.batch_sizes, lambda s: Wrong(), max_pairs=5)
+    pl = InferencePlanner(
+        mobilenet_pairs.modes, mobilenet_pairs.batch_sizes, lambda s: Wrong(), max_pairs=5
+    )
     samples: dict[Pair, PairMeasurement] = {}
-    served, probes = solve_goal(pl, InferenceGoal(30, 14, 40), samples, PairMeasurer(mobilenet))
+    served, probes = solve_goal(
+        pl, InferenceGoal(30, 14, 40), samples, PairMeasurer(mobilenet_pairs)
+    )
     assert probes == len(samples) == 5
     assert isinstance(served, ServePair)
     # What it serves was measured, and is flagged unless its measurement fits.
@@ -132,8 +135,8 @@ def test_never_profiles_more_than_max_pairs(mobilenet) -> None:
     assert served.feasible == fit_for(samples[served.pair], InferenceGoal(30, 14, 40))
 
 
-def test_first_action_measures_within_the_predicted_budget(mobilenet, prior) -> None:
-    pl = planner(mobilenet, prior)
+def test_first_action_measures_within_the_predicted_budget(mobilenet_pairs, prior) -> None:
+    pl = planner(mobilenet_pairs, prior)
     action = pl.next_action(InferenceGoal(30, 18, 200), {})
     assert isinstance(action, MeasurePair)
     t, p = pl.fitter({}).predict(
@@ -142,22 +145,24 @@ def test_first_action_measures_within_the_predicted_budget(mobilenet, prior) -> 
     assert p[0] <= 18
 
 
-def test_grid_replay_on_an_unseen_workload(mobilenet, prior) -> None:
+def test_grid_replay_on_an_unseen_workload(mobilenet_pairs, prior) -> None:
     goals = [
         InferenceGoal(r, b, lat) for r in (15, 60) for lat in (100, 400, None) for b in (15, 20, 30)
     ]
-    res = replay_goals(planner(mobilenet, prior), mobilenet, goals, PairMeasurer(mobilenet))
+    res = replay_goals(
+        planner(mobilenet_pairs, prior), mobilenet_pairs, goals, PairMeasurer(mobilenet_pairs)
+    )
     s = summarise(res)
     assert s["within_budget_pct"] == 100.0
     assert s["meet_pct"] >= 90.0
     assert s["max_probes"] <= 30
 
 
-def test_session_full_search_then_resolves(mobilenet, prior) -> None:
+def test_session_full_search_then_resolves(mobilenet_pairs, prior) -> None:
     from powerd.optimize.inference import InferenceSession
 
-    pl = planner(mobilenet, prior)
-    measure = PairMeasurer(mobilenet)
+    pl = planner(mobilenet_pairs, prior)
+    measure = PairMeasurer(mobilenet_pairs)
     samples: dict[Pair, PairMeasurement] = {}
     session = InferenceSession(pl, InferenceGoal(30, 20, 200))
 
@@ -182,10 +187,10 @@ def test_session_full_search_then_resolves(mobilenet, prior) -> None:
     assert samples[third.pair].power_w <= 17
 
 
-def test_latency_power_front_per_batch_size(mobilenet, prior) -> None:
+def test_latency_power_front_per_batch_size(mobilenet_pairs, prior) -> None:
     from powerd.optimize.inference import latency_power_front
 
-    rows = latency_power_front(prior, mobilenet.modes, (1, 16), 30.0)
+    rows = latency_power_front(prior, mobilenet_pairs.modes, (1, 16), 30.0)
     assert {r["batch_size"] for r in rows} == {1, 16}
     for b in (1, 16):
         front = [r for r in rows if r["batch_size"] == b]

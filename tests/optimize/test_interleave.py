@@ -33,11 +33,6 @@ def train() -> Trace:
     return Trace.load(TRACE_DIR / "orin_agx_mobilenetv3_gld23k_train.csv")
 
 
-@pytest.fixture(scope="module")
-def infer() -> PairTrace:
-    return PairTrace.load(TRACE_DIR / "orin_agx_resnet18_imagenet_infer.csv")
-
-
 class BiasedTrain:
     """The training trace seen through a model that is 10% slow and 1 W high on every mode."""
 
@@ -50,13 +45,16 @@ class BiasedTrain:
 
 
 @pytest.fixture(scope="module")
-def planner(train: Trace, infer: PairTrace) -> InterleavePlanner:
+def planner(train: Trace, resnet_pairs: PairTrace) -> InterleavePlanner:
     # The inference prior comes from the *other* inference trace (MobileNet).
     mob = PairTrace.load(TRACE_DIR / "orin_agx_mobilenetv3_gld23k_infer.csv")
     prior = InferenceReference.fit(mob.modes_all, mob.b_all, mob.t_all, mob.p_all)
     model = BiasedTrain(train)
     return InterleavePlanner(
-        infer.modes, infer.batch_sizes, lambda s: model, make_fitter(prior, "infer-ref")
+        resnet_pairs.modes,
+        resnet_pairs.batch_sizes,
+        lambda s: model,
+        make_fitter(prior, "infer-ref"),
     )
 
 
@@ -68,44 +66,52 @@ def test_formulas() -> None:
     assert throughput_bound_hz(1, 10.0, 200.0, 50.0) == 0.0  # batches fill the GPU
 
 
-def solve(planner, train, infer, goal):
+def solve(planner, train, resnet_pairs, goal):
     tr, inf = {}, {}
-    served, probes = solve_joint(planner, goal, tr, inf, TrainMeasurer(train), PairMeasurer(infer))
+    served, probes = solve_joint(
+        planner, goal, tr, inf, TrainMeasurer(train), PairMeasurer(resnet_pairs)
+    )
     return served, probes, tr, inf
 
 
 @pytest.mark.parametrize("goal", [InterleaveGoal(5, 25, 1000), InterleaveGoal(2, 20, 300)])
-def test_serves_a_measured_joint_pair_that_fits(planner, train, infer, goal) -> None:
-    served, probes, tr, inf = solve(planner, train, infer, goal)
+def test_serves_a_measured_joint_pair_that_fits(planner, train, resnet_pairs, goal) -> None:
+    served, probes, tr, inf = solve(planner, train, resnet_pairs, goal)
     assert isinstance(served, ServeJoint) and served.feasible
     assert 0 < probes <= 30
     m_i, m_t = inf[served.pair], tr[served.pair.mode]
     assert max(m_i.power_w, m_t.power_w) <= goal.budget_w
     lat = interleaved_latency_ms(served.pair.batch_size, goal.rate_hz, m_i.tail_ms, m_t.time_ms)
     assert lat <= goal.latency_ms
-    res = judge_joint(joint_truth(train, infer, goal, infer.modes), goal, served, probes, 0.02)
+    res = judge_joint(
+        joint_truth(train, resnet_pairs, goal, resnet_pairs.modes), goal, served, probes, 0.02
+    )
     assert res.latency_ok and res.power_ok
     assert res.bound_share >= 0.85  # the chosen pair's bound vs the best pair's
 
 
-def test_unreachable_latency_is_flagged_with_the_best_latency(planner, train, infer) -> None:
+def test_unreachable_latency_is_flagged_with_the_best_latency(planner, train, resnet_pairs) -> None:
     goal = InterleaveGoal(15, 20, 300)
-    served, _, tr, inf = solve(planner, train, infer, goal)
+    served, _, tr, inf = solve(planner, train, resnet_pairs, goal)
     assert not served.feasible
     assert served.best_latency_ms is not None and served.best_latency_ms > 300
     assert max(inf[served.pair].power_w, tr[served.pair.mode].power_w) <= 20
 
 
-def test_probes_are_capped(train, infer) -> None:
+def test_probes_are_capped(train, resnet_pairs) -> None:
     class Wrong:
         def predict(self, modes, b=None):
             n = len(modes)
             return np.ones(n), np.ones(n)
 
     pl = InterleavePlanner(
-        infer.modes, infer.batch_sizes, lambda s: Wrong(), lambda s: Wrong(), max_probes=4
+        resnet_pairs.modes,
+        resnet_pairs.batch_sizes,
+        lambda s: Wrong(),
+        lambda s: Wrong(),
+        max_probes=4,
     )
-    served, probes, _, _ = solve(pl, train, infer, InterleaveGoal(15, 15, 100))
+    served, probes, _, _ = solve(pl, train, resnet_pairs, InterleaveGoal(15, 15, 100))
     assert probes == 4
     assert not served.feasible
     assert math.isfinite(served.latency_ms)

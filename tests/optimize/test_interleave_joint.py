@@ -25,30 +25,27 @@ MAX_PAIRS = 30
 
 
 @pytest.fixture(scope="module")
-def infer() -> PairTrace:
-    return PairTrace.load(TRACE_DIR / "orin_agx_resnet18_imagenet_infer.csv")
-
-
-@pytest.fixture(scope="module")
 def train() -> Trace:
     return Trace.load(TRACE_DIR / "orin_agx_mobilenetv3_gld23k_train.csv")
 
 
 @pytest.fixture(scope="module")
-def workload(infer: PairTrace) -> InferencePlanner:
+def workload(resnet_pairs: PairTrace) -> InferencePlanner:
     # the daemon's prior: the bundled inference reference (batch size as a feature)
     fitter = make_fitter(load_prior("infer-ref"), "infer-ref")
-    return InferencePlanner(infer.modes, infer.batch_sizes, fitter, max_pairs=MAX_PAIRS)
+    return InferencePlanner(
+        resnet_pairs.modes, resnet_pairs.batch_sizes, fitter, max_pairs=MAX_PAIRS
+    )
 
 
-def _solve(goals, workload, infer, train=None):
+def _solve(goals, workload, resnet_pairs, train=None):
     """Run the planner against measurers until it serves: (action, samples per job)."""
     samples = [{} for _ in goals]  # each job its own workload samples (same trace, two names)
-    measure = [PairMeasurer(infer, seed=str(i)) for i in range(len(goals))]
+    measure = [PairMeasurer(resnet_pairs, seed=str(i)) for i in range(len(goals))]
     tmeas: dict[PowerMode, object] = {}
     t_pred = p_pred = None
     if train is not None:
-        rows = [train.lookup(PowerMode(*map(int, m))) for m in infer.modes]
+        rows = [train.lookup(PowerMode(*map(int, m))) for m in resnet_pairs.modes]
         # the training model is 10 % slow and 1 W high everywhere
         t_pred = np.array([r.time_ms * 1.1 for r in rows])
         p_pred = np.array([r.power_w + 1.0 for r in rows])
@@ -70,16 +67,16 @@ def _solve(goals, workload, infer, train=None):
     raise AssertionError("the joint planner did not settle")
 
 
-def _truth(infer: PairTrace, goals, budget, train=None):
+def _truth(resnet_pairs: PairTrace, goals, budget, train=None):
     """Brute force on true values: per (mode, b_1..b_N), is it fit, its power, its bound."""
     out = []
-    sizes = infer.batch_sizes
-    for m in infer.modes:
+    sizes = resnet_pairs.batch_sizes
+    for m in resnet_pairs.modes:
         mode = PowerMode(*map(int, m))
         tr = None if train is None else train.lookup(mode)
         for combo in itertools.product(sizes, repeat=len(goals)):
-            t = [infer.rows[Pair(mode, b)][0] for b in combo]
-            p = [infer.rows[Pair(mode, b)][1] for b in combo]
+            t = [resnet_pairs.rows[Pair(mode, b)][0] for b in combo]
+            p = [resnet_pairs.rows[Pair(mode, b)][1] for b in combo]
             wait = sum(t) + (tr.time_ms if tr else 0.0)
             power = max(p + ([tr.power_w] if tr else []))
             share = sum(
@@ -94,45 +91,49 @@ def _truth(infer: PairTrace, goals, budget, train=None):
     return out
 
 
-def _true_values(infer, goals, action, train=None):
-    t = [infer.rows[Pair(action.mode, b)][0] for b in action.sizes]
-    p = [infer.rows[Pair(action.mode, b)][1] for b in action.sizes]
+def _true_values(resnet_pairs, goals, action, train=None):
+    t = [resnet_pairs.rows[Pair(action.mode, b)][0] for b in action.sizes]
+    p = [resnet_pairs.rows[Pair(action.mode, b)][1] for b in action.sizes]
     tr = None if train is None else train.lookup(action.mode)
     wait = sum(t) + (tr.time_ms if tr else 0.0)
     lats = [(b - 1) * 1000 / g.rate_hz + wait for g, b in zip(goals, action.sizes, strict=True)]
     return lats, max(p + ([tr.power_w] if tr else []))
 
 
-def test_two_inference_jobs_meet_both_targets_at_near_the_least_power(workload, infer) -> None:
+def test_two_inference_jobs_meet_both_targets_at_near_the_least_power(
+    workload, resnet_pairs
+) -> None:
     budget = 25.0
     goals = [InferenceGoal(20.0, budget, 600.0), InferenceGoal(60.0, budget, 400.0)]
-    action, samples, _ = _solve(goals, workload, infer)
+    action, samples, _ = _solve(goals, workload, resnet_pairs)
     assert all(action.feasible) and action.within_budget
     assert all(len(s) <= MAX_PAIRS for s in samples)
     # served only from measurements: each job's pair at the one mode was measured
     for s, b in zip(samples, action.sizes, strict=True):
         assert Pair(action.mode, b) in s
-    lats, power = _true_values(infer, goals, action)
+    lats, power = _true_values(resnet_pairs, goals, action)
     assert power <= budget + 0.5
     assert all(lat <= g.latency_ms * 1.05 for lat, g in zip(lats, goals, strict=True))
-    best = min(pw for *_, ok, pw, _ in _truth(infer, goals, budget) if ok)
+    best = min(pw for *_, ok, pw, _ in _truth(resnet_pairs, goals, budget) if ok)
     print(f"pairs {[len(s) for s in samples]}, power {power:.2f} W vs optimal {best:.2f} W")
     assert power <= 1.15 * best
 
 
-def test_a_training_job_gets_the_gpu_left_by_two_inference_jobs(workload, infer, train) -> None:
+def test_a_training_job_gets_the_gpu_left_by_two_inference_jobs(
+    workload, resnet_pairs, train
+) -> None:
     budget = 25.0
     goals = [InferenceGoal(10.0, budget, 1500.0), InferenceGoal(20.0, budget, 1500.0)]
-    action, samples, tmeas = _solve(goals, workload, infer, train)
+    action, samples, tmeas = _solve(goals, workload, resnet_pairs, train)
     assert all(action.feasible) and action.throughput_hz is not None
     assert action.mode in tmeas
-    lats, power = _true_values(infer, goals, action, train)
+    lats, power = _true_values(resnet_pairs, goals, action, train)
     assert power <= budget + 0.5
     assert all(lat <= g.latency_ms * 1.05 for lat, g in zip(lats, goals, strict=True))
-    best = max(thr for *_, ok, _, thr in _truth(infer, goals, budget, train) if ok)
+    best = max(thr for *_, ok, _, thr in _truth(resnet_pairs, goals, budget, train) if ok)
     t_tr = train.lookup(action.mode).time_ms
     share = sum(
-        g.rate_hz * infer.rows[Pair(action.mode, b)][0] / (b * 1000)
+        g.rate_hz * resnet_pairs.rows[Pair(action.mode, b)][0] / (b * 1000)
         for g, b in zip(goals, action.sizes, strict=True)
     )
     got = (1 - share) / (t_tr / 1000)
@@ -140,12 +141,12 @@ def test_a_training_job_gets_the_gpu_left_by_two_inference_jobs(workload, infer,
     assert got >= 0.85 * best
 
 
-def test_unreachable_targets_are_reported_per_job_within_the_budget(workload, infer) -> None:
+def test_unreachable_targets_are_reported_per_job_within_the_budget(workload, resnet_pairs) -> None:
     budget = 15.0
     # job 0 is easy; job 1 asks for 30 ms at 200 requests/s, out of reach behind job 0
     goals = [InferenceGoal(5.0, budget, 5000.0), InferenceGoal(200.0, budget, 30.0)]
-    action, _, _ = _solve(goals, workload, infer)
+    action, _, _ = _solve(goals, workload, resnet_pairs)
     assert action.feasible[0] and not action.feasible[1]
     assert action.latency_ms[1] > 30.0
-    _, power = _true_values(infer, goals, action)
+    _, power = _true_values(resnet_pairs, goals, action)
     assert power <= budget + 0.5

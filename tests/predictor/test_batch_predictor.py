@@ -13,18 +13,7 @@ from powerd.predictor.batch import (
     fit_pair_model,
     load_prior,
 )
-from powerd.sim.trace import TRACE_DIR
 from powerd_replay.inference import PairTrace
-
-
-@pytest.fixture(scope="module")
-def resnet() -> PairTrace:
-    return PairTrace.load(TRACE_DIR / "orin_agx_resnet18_imagenet_infer.csv")
-
-
-@pytest.fixture(scope="module")
-def mobilenet() -> PairTrace:
-    return PairTrace.load(TRACE_DIR / "orin_agx_mobilenetv3_gld23k_infer.csv")
 
 
 def mape(a, b) -> float:
@@ -39,16 +28,18 @@ def samples_of(trace: PairTrace, idx) -> dict[Pair, PairMeasurement]:
     return out
 
 
-def test_reference_roundtrip_and_batch_dependence(resnet, tmp_path) -> None:
-    ref = InferenceReference.fit(resnet.modes_all, resnet.b_all, resnet.t_all, resnet.p_all)
+def test_reference_roundtrip_and_batch_dependence(resnet_pairs, tmp_path) -> None:
+    ref = InferenceReference.fit(
+        resnet_pairs.modes_all, resnet_pairs.b_all, resnet_pairs.t_all, resnet_pairs.p_all
+    )
     ref.save(tmp_path / "r.json")
     again = InferenceReference.load(tmp_path / "r.json")
-    t1, p1 = ref.predict(resnet.modes_all, resnet.b_all)
-    t2, p2 = again.predict(resnet.modes_all, resnet.b_all)
+    t1, p1 = ref.predict(resnet_pairs.modes_all, resnet_pairs.b_all)
+    t2, p2 = again.predict(resnet_pairs.modes_all, resnet_pairs.b_all)
     np.testing.assert_allclose(t1, t2)
     np.testing.assert_allclose(p1, p2)
-    assert mape(t1, resnet.t_all) < 0.2 and mape(p1, resnet.p_all) < 0.1
-    mode = np.repeat(resnet.modes_all[:1], 2, axis=0)
+    assert mape(t1, resnet_pairs.t_all) < 0.2 and mape(p1, resnet_pairs.p_all) < 0.1
+    mode = np.repeat(resnet_pairs.modes_all[:1], 2, axis=0)
     t, _ = ref.predict(mode, np.array([1, 64]))
     assert t[1] > 3 * t[0]  # a batch of 64 takes much longer than a batch of 1
 
@@ -58,22 +49,22 @@ def test_reference_roundtrip_and_batch_dependence(resnet, tmp_path) -> None:
     ("method", "t_max", "p_max"), [("infer-ref", 0.25, 0.10), ("train-head", 0.30, 0.15)]
 )
 def test_transfer_to_an_unseen_workload_improves_on_the_prior(
-    mobilenet, method, t_max, p_max
+    mobilenet_pairs, method, t_max, p_max
 ) -> None:
     prior = load_prior(method)
     rng = np.random.default_rng(1)
-    idx = rng.choice(len(mobilenet.t_all), 20, replace=False)
-    fitted = fit_pair_model(prior, samples_of(mobilenet, idx), method)
-    t, p = fitted.predict(mobilenet.modes_all, mobilenet.b_all)
-    t0, p0 = prior.predict(mobilenet.modes_all, mobilenet.b_all)
-    assert mape(t, mobilenet.t_all) < mape(t0, mobilenet.t_all)
-    assert mape(p, mobilenet.p_all) < mape(p0, mobilenet.p_all)
-    assert mape(t, mobilenet.t_all) < t_max and mape(p, mobilenet.p_all) < p_max
+    idx = rng.choice(len(mobilenet_pairs.t_all), 20, replace=False)
+    fitted = fit_pair_model(prior, samples_of(mobilenet_pairs, idx), method)
+    t, p = fitted.predict(mobilenet_pairs.modes_all, mobilenet_pairs.b_all)
+    t0, p0 = prior.predict(mobilenet_pairs.modes_all, mobilenet_pairs.b_all)
+    assert mape(t, mobilenet_pairs.t_all) < mape(t0, mobilenet_pairs.t_all)
+    assert mape(p, mobilenet_pairs.p_all) < mape(p0, mobilenet_pairs.p_all)
+    assert mape(t, mobilenet_pairs.t_all) < t_max and mape(p, mobilenet_pairs.p_all) < p_max
 
 
-def test_one_sample_shifts_the_prior_through_it(mobilenet) -> None:
+def test_one_sample_shifts_the_prior_through_it(mobilenet_pairs) -> None:
     prior = load_prior("infer-ref")
-    s = samples_of(mobilenet, [100])
+    s = samples_of(mobilenet_pairs, [100])
     fitted = fit_pair_model(prior, s, "infer-ref")
     (m,) = s.values()
     t, p = fitted.predict(np.array([m.pair.mode.as_tuple()]), np.array([m.pair.batch_size]))
