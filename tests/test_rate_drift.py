@@ -85,9 +85,10 @@ def test_a_drifting_arrival_rate_re_solves_without_new_profiling(board, batches)
         assert tuned["feasible"] is True
         assert tuned["resolves"] == 0
         pairs = tuned["pairs_profiled"]
-        # At 30/s the least power is a large batch at low clocks; at 15/s that batch takes
-        # a whole second to fill, over the latency target: the decision must change.
-        assert before[0] == 16, f"precondition: b=16 at {RATE}/s, got {before[0]}"
+        # At 30/s the least power is b=16 at low clocks (14.95 W on the trace) or, 0.2 W
+        # above it, b=4; at 15/s a batch of 16 takes a whole second to fill, over the
+        # latency target, so a b=16 decision must change
+        must_change = before[0] == 16
         marker = eb.daemon_log.read_text().count("\n")
 
         client.set_rate(DRIFTED, tell=False)  # the arrivals slow down; powerd is not told
@@ -103,8 +104,9 @@ def test_a_drifting_arrival_rate_re_solves_without_new_profiling(board, batches)
     assert took >= DRIFT_S
     # the goal is now the observed rate, on the daemon's (wall) clock
     assert resolved["rate_hz"] == pytest.approx(DRIFTED / SCALE, rel=0.2)
-    # re-solved from the fitted models: a new decision, and nothing new measured
-    assert after != before
+    # re-solved from the fitted models (a new decision where the old one no longer fits),
+    # and nothing new measured
+    assert after != before or not must_change
     assert resolved["pairs_profiled"] == pairs
     log = eb.daemon_log.read_text().splitlines()[marker:]
     assert any(f"observed for {DRIFT_S:g} s): re-solving" in ln for ln in log), "\n".join(log)

@@ -87,3 +87,56 @@ def test_training_prior_ignores_batch_size_until_fitted() -> None:
     assert t[0] == t[1] == 100.0
     prior.predict(modes, np.array([1, 64]))
     assert Fixed.calls == 1  # the grid's reference outputs are computed once
+
+
+def test_a_local_deviation_moves_its_neighbours_not_the_far_pairs(monkeypatch) -> None:
+    """A workload that runs 2x slower than the prior in one corner (b=4 at the top GPU
+    clock), as the prior says elsewhere: the neighbours of the measured corner pair follow
+    it, distant pairs keep the prior."""
+    from powerd.predictor import batch
+
+    class Prior:
+        def predict(self, modes, b):
+            m = np.asarray(modes, float).reshape(-1, 4)
+            # time falls with the GPU clock and grows with b; power rises with the clock
+            t = 50.0 * (1e9 / m[:, 2]) * np.asarray(b, float) ** 0.8
+            return t, 10.0 + m[:, 2] / 1e8
+
+    def mode(gpu_mhz: int) -> PowerMode:
+        return PowerMode(8, 1_344_000, gpu_mhz * 1_000_000, 2_133_000_000)
+
+    prior = Prior()
+
+    def measured(gpu: int, b: int, factor: float) -> PairMeasurement:
+        t, p = prior.predict(np.array([mode(gpu).as_tuple()]), np.array([b]))
+        return PairMeasurement(Pair(mode(gpu), b), float(t[0] * factor), float(p[0]), 10)
+
+    samples = {
+        m.pair: m
+        for m in (
+            measured(300, 1, 1.0),
+            measured(300, 16, 1.0),
+            measured(600, 4, 1.0),
+            measured(900, 64, 1.0),
+            measured(1300, 4, 2.0),  # the corner that is not like the prior
+            measured(300, 64, 1.0),
+        )
+    }
+    near = (np.array([mode(1100).as_tuple()]), np.array([4]))
+    far = (np.array([mode(300).as_tuple()]), np.array([16]))
+    t_prior_near = prior.predict(*near)[0][0]
+
+    def fitted_ratio(width: float) -> tuple[float, float]:
+        monkeypatch.setattr(batch, "LOCAL_WIDTH", width)
+        f = fit_pair_model(prior, samples, "infer-ref")
+        return (
+            f.predict(*near)[0][0] / t_prior_near,
+            f.predict(*far)[0][0] / prior.predict(*far)[0][0],
+        )
+
+    width = batch.LOCAL_WIDTH
+    heads_near, heads_far = fitted_ratio(0.0)
+    local_near, local_far = fitted_ratio(width)
+    # the heads bend towards the slow corner only as far as a global fit can
+    assert local_near > heads_near + 0.1 and local_near > 1.4, (heads_near, local_near)
+    assert local_far == pytest.approx(heads_far, rel=0.05), (heads_far, local_far)
