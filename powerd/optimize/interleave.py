@@ -219,9 +219,16 @@ class InterleavePlanner:
                 nxt = _best(~measured, rviol, lat)
             assert nxt is not None
             return MeasureJoint(self._pairs[nxt])
-        # Nothing drains within the budget: the lowest measured max power, flagged.
-        if joint:
-            low = min(joint, key=lambda j: max(j[2], j[4]))
+        # Nothing drains within the budget. While nothing measured is even within it (one
+        # glitched reading can throw the refit's powers off), measure the pair predicted to
+        # draw least; then serve the lowest measured max power, flagged.
+        low = min(joint, key=lambda j: max(j[2], j[4])) if joint else None
+        if can_measure and (low is None or max(low[2], low[4]) > goal.budget_w):
+            pmax = np.where(measured, np.inf, np.maximum(p_i, p_tr))
+            i = int(np.argmin(pmax))
+            if np.isfinite(pmax[i]) and (low is None or pmax[i] < max(low[2], low[4])):
+                return MeasureJoint(self._pairs[i])
+        if low is not None:
             return self._serve(goal, low, False)
         i = int(np.argmin(np.where(measured, np.inf, np.maximum(p_i, p_tr))))
         return MeasureJoint(self._pairs[i])

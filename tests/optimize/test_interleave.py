@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -115,3 +116,28 @@ def test_probes_are_capped(train, resnet_pairs) -> None:
     assert probes == 4
     assert not served.feasible
     assert math.isfinite(served.latency_ms)
+
+
+def test_a_glitched_reading_does_not_get_an_over_budget_pair_served(
+    planner, train, resnet_pairs
+) -> None:
+    """The first joint probe reads 12 W over the budget (a sensor glitch, as one row of the
+    ResNet-18 trace has). Nothing measured drains within the budget then, and the refit
+    model reads high everywhere: the planner must keep measuring the pairs predicted to draw
+    least rather than serve the glitched one."""
+    goal = InterleaveGoal(5, 20, 1000)
+    measure = PairMeasurer(resnet_pairs)
+    glitched: list = []
+
+    def first_glitches(pair):
+        m = measure(pair)
+        if not glitched:
+            glitched.append(pair)
+            return dataclasses.replace(m, power_w=m.power_w + 12.0)
+        return m
+
+    tr, inf = {}, {}
+    served, probes = solve_joint(planner, goal, tr, inf, TrainMeasurer(train), first_glitches)
+    assert glitched and served.pair != glitched[0]
+    assert served.power_w <= goal.budget_w
+    assert resnet_pairs.rows[served.pair][1] <= goal.budget_w + 0.5
