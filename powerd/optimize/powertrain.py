@@ -158,6 +158,16 @@ class Tuning:
     refine_fit_prob: float = 0.5
     refine_margin_w: float = 0.0
     refine_gain: float = 0.001
+    # Per-mode doubt from the fitted model's own intervals (predict_interval, when it has
+    # one): each mode's doubt is at least these times the sd its interval implies. The
+    # out-of-sample misses above are uniform and learnt where the picks went; the
+    # intervals grow with a mode's distance to the fitted samples, so a region the
+    # samples never reached (e.g. every sample at one EMC clock) is doubted, and may be
+    # measured, instead of trusted. 0: off.
+    interval_doubt_time: float = 0.0
+    interval_doubt_power: float = 0.0
+    # ... scaled by how many interval sds the recorded out-of-sample misses were (1: on)
+    interval_calibrate: int = 0
 
 
 # --------------------------------------------------------------------------- seed plan
@@ -278,6 +288,7 @@ class PowerTrain(Strategy):
         self._fallback: BinarySearch | None = None
         self._fitted: Predictor | None = None
         self._fit_pred: tuple[np.ndarray, np.ndarray] | None = None
+        self._fit_sd: tuple[np.ndarray, np.ndarray] | None = None  # interval sds (log t, W)
         self._fitted_on: frozenset[PowerMode] | None = None  # samples the fit saw
         self._fit_asked_on: frozenset[PowerMode] | None = None  # samples of the pending Fit
         self._fit_failed_on: frozenset[PowerMode] | None = None
@@ -290,6 +301,8 @@ class PowerTrain(Strategy):
         self._scored: set[PowerMode] = set()
         self._misses_t: list[float] = []  # log(measured / predicted), before it was measured
         self._misses_p: list[float] = []  # measured - predicted, W
+        self._z_t: list[float] = []  # the same misses in sds of the fitted model's interval
+        self._z_p: list[float] = []
 
     @property
     def fallback(self) -> BinarySearch | None:
@@ -344,6 +357,7 @@ class PowerTrain(Strategy):
     def on_fitted(self, predictor: Predictor) -> None:
         self._fitted = predictor
         self._fit_pred = None
+        self._fit_sd = None
         # The fit covers the samples of the Fit we asked for; a predictor handed over
         # without one (loaded from the store) is taken to cover what we have next call.
         self._fitted_on = self._fit_asked_on
@@ -442,7 +456,51 @@ class PowerTrain(Strategy):
             wt = w[:, it]
             t = t_hat * np.exp(_smooth(np.array(rt), wt, c.global_shrink, c.local_shrink))
             far_t = np.sqrt(np.clip(1.0 - wt.max(axis=1), 0.0, 1.0))
-        return t, p, c.noise_time + miss_t * far_t, c.noise_power_w + miss_p * far_p
+        dt, dp = c.noise_time + miss_t * far_t, c.noise_power_w + miss_p * far_p
+        return t, p, *self._interval_floor(dt, dp)
+
+    def _interval_floor(self, dt: np.ndarray, dp: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The doubts raised to `interval_doubt` x the sds the fitted model's intervals
+        imply (unchanged without intervals: the reference, a fit with too few samples)."""
+        sd = self._interval_sd()
+        if sd is None:
+            return dt, dp
+        c = self.cfg
+        kt = c.interval_doubt_time * self._calibration(self._z_t)
+        kp = c.interval_doubt_power * self._calibration(self._z_p)
+        return np.fmax(dt, kt * sd[0]), np.fmax(dp, kp * sd[1])
+
+    def _calibration(self, z: list[float]) -> float:
+        """How many interval sds the model's recent out-of-sample misses were (RMS), shrunk
+        towards 1 (the interval as stated) while they are few; 1 with interval_calibrate off."""
+        if not self.cfg.interval_calibrate:
+            return 1.0
+        recent = z[-self.cfg.miss_window :]
+        return math.sqrt((sum(x * x for x in recent) + 2.0) / (len(recent) + 2))
+
+    def _interval_sd(self) -> tuple[np.ndarray, np.ndarray] | None:
+        c = self.cfg
+        off = max(c.interval_doubt_time, c.interval_doubt_power) <= 0
+        if off or self._fitted is None or self._fit_pred is None:
+            return None
+        if self._fit_sd is None:
+            n = len(self.modes_array)
+            sd_t = sd_p = np.full(n, np.nan)  # NaN (no interval) leaves the doubt as it is
+            interval = getattr(self._fitted, "predict_interval", None)
+            if interval is not None:
+                try:
+                    _, t_lo, t_hi, _, p_lo, p_hi = interval(self.modes_array)
+                    t_lo, t_hi, p_lo, p_hi = (
+                        np.asarray(v, dtype=np.float64).reshape(-1)
+                        for v in (t_lo, t_hi, p_lo, p_hi)
+                    )
+                    if t_lo.shape == (n,) and p_lo.shape == (n,):
+                        sd_t = np.log(t_hi / t_lo) / (2.0 * _Z90)
+                        sd_p = (p_hi - p_lo) / (2.0 * _Z90)
+                except Exception as exc:  # noqa: BLE001 - intervals are advisory
+                    log.warning("fitted predictor gave no usable intervals (%s)", exc)
+            self._fit_sd = (sd_t, sd_p)
+        return self._fit_sd
 
     def _score_misses(self, own: Mapping[PowerMode, Measurement]) -> None:
         """Record how far the model at hand was off on measurements it had not seen yet:
@@ -453,15 +511,20 @@ class PowerTrain(Strategy):
         if self._scored:
             known = {k: v for k, v in own.items() if k in self._scored}
             t, p, _, _ = self._corrected(known)
+            sd = self._interval_sd() if self.cfg.interval_calibrate else None
             for m in fresh:
                 if not math.isfinite(m.power_w):  # a failed switch
                     continue
                 i = self.index[m.mode]
                 if math.isfinite(p[i]):  # aborted windows too: the misses that matter most
                     self._misses_p.append(m.power_w - float(p[i]))
+                    if sd is not None and sd[1][i] > 0:
+                        self._z_p.append(self._misses_p[-1] / float(sd[1][i]))
                 ok_t = not m.aborted_over_budget and math.isfinite(m.time_ms) and m.time_ms > 0
                 if ok_t and t[i] > 0:
                     self._misses_t.append(math.log(m.time_ms / float(t[i])))
+                    if sd is not None and sd[0][i] > 0:
+                        self._z_t.append(self._misses_t[-1] / float(sd[0][i]))
         self._scored.update(m.mode for m in fresh)
 
     def _miss(self, misses: list[float], prior: float, floor: float) -> float:
@@ -602,6 +665,8 @@ class PowerTrain(Strategy):
 
 
 # --------------------------------------------------------------------------- numerics
+
+_Z90 = 1.6448536  # a two-sided 90 % normal interval is +- this many sds (INTERVAL_COVERAGE)
 
 
 def _smooth(resid: np.ndarray, w: np.ndarray, global_shrink: float, local_shrink: float):
