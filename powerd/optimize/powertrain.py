@@ -68,6 +68,20 @@ transfer, see tools/strategy_replay.py):
   (see replay.inconsistent_rows): against the best row that is not one, their means are
   ~3 %.
 
+* Off by default: the fitted model's own intervals as a per-mode floor on the doubt
+  (`interval_doubt_time/_power`, calibrated by the recorded misses, in budget changes and
+  refine only: `interval_scope` 1). Seen in the replays: after a low first budget, every
+  sample of ResNet-18 inference at batch 1 sat at the 665 MHz EMC clock; the refit read
+  the 2133 MHz modes ~4 W high with a doubt of ~0.8 W, so the fastest modes under 19-21 W
+  were never measured (14-22 % penalty); their intervals (about 17.5-28 W) allowed them.
+  Replayed (seeds 0,1, in-sample traces), on vs off, mean penalty: with measuring after
+  the commit (--refine 50), mixed order MobileNet training 11.2 -> 10.8 % (over > 0.5 W
+  3.1 -> 1.6 %), Orin Nano 3.4 -> 2.0 %, ResNet-18 inference 4.2 -> 3.1 % (worst 23.6 ->
+  15.4 %), fresh even or better (0.4 -> 0.0 % ResNet-18) at up to ~2 more modes per
+  budget; but without it (--refine 0), mixed order MobileNet 12.9 -> 13.1 % (over 1.6 ->
+  3.1 %), Orin Nano worst 18.3 -> 28.6 %. Everywhere (scope 0), uncalibrated, power or
+  time only, or refine only (scope 2) were worse.
+
 Caps: at most `max_modes` distinct modes profiled for the workload's first budget, at most
 `change_modes` more per budget change after it, and at most `picks_per_budget` picks per
 budget after the first (see above). If nothing measured fits,
@@ -167,7 +181,11 @@ class Tuning:
     interval_doubt_time: float = 0.0
     interval_doubt_power: float = 0.0
     # ... scaled by how many interval sds the recorded out-of-sample misses were (1: on)
-    interval_calibrate: int = 0
+    interval_calibrate: int = 1
+    # ... where: 0 every pick; 1 not in the first budget's picks before its commit (only in
+    # budget changes and after a commit); 2 only after a commit (refine), where a measurement
+    # is training anyway and the commit stays the fastest measured mode that fits
+    interval_scope: int = 1
 
 
 # --------------------------------------------------------------------------- seed plan
@@ -297,6 +315,7 @@ class PowerTrain(Strategy):
         self._picks = 0  # picks measured for the current budget
         self._pick_cap = self.cfg.picks_per_budget
         self._first = True  # solving the workload's first budget
+        self._refining = False  # picking after a commit (refine)
         self._limit = self.max_modes  # distinct modes the workload may have profiled by now
         self._scored: set[PowerMode] = set()
         self._misses_t: list[float] = []  # log(measured / predicted), before it was measured
@@ -344,10 +363,14 @@ class PowerTrain(Strategy):
             return None
         self._score_misses(own)
         c = self.cfg
-        pick = self._pick(
-            budget_w, own, min_fit_prob=c.refine_fit_prob, bar=c.refine_gain,
-            margin_w=c.refine_margin_w,
-        )
+        self._refining = True
+        try:
+            pick = self._pick(
+                budget_w, own, min_fit_prob=c.refine_fit_prob, bar=c.refine_gain,
+                margin_w=c.refine_margin_w,
+            )
+        finally:
+            self._refining = False
         if pick is None:
             return None
         self._picks += 1
@@ -462,10 +485,12 @@ class PowerTrain(Strategy):
     def _interval_floor(self, dt: np.ndarray, dp: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The doubts raised to `interval_doubt` x the sds the fitted model's intervals
         imply (unchanged without intervals: the reference, a fit with too few samples)."""
+        c = self.cfg
+        if not self._refining and (c.interval_scope >= 2 or (self._first and c.interval_scope)):
+            return dt, dp
         sd = self._interval_sd()
         if sd is None:
             return dt, dp
-        c = self.cfg
         kt = c.interval_doubt_time * self._calibration(self._z_t)
         kp = c.interval_doubt_power * self._calibration(self._z_p)
         return np.fmax(dt, kt * sd[0]), np.fmax(dp, kp * sd[1])

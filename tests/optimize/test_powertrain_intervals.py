@@ -27,13 +27,13 @@ def _idx(modes: np.ndarray) -> np.ndarray:
 
 
 class Model(Predictor):
-    """The high EMC clock doubles the speed and, by this model, adds 8 W: every mode there
-    is predicted 12-14.5 W, over the 10 W budget."""
+    """The high EMC clock doubles the speed and, by this model, adds 7.5 W: every mode there
+    is predicted 11.5-14 W, over the 10 W budget."""
 
     def predict(self, modes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         k = _idx(modes)
         t = 100.0 / (1.0 + 0.2 * k[:, 1] + k[:, 2]) / (1.0 + k[:, 3])
-        p = 4.0 + 0.5 * k[:, 0] + k[:, 1] + k[:, 2] + 8.0 * k[:, 3]
+        p = 4.0 + 0.5 * k[:, 0] + k[:, 1] + k[:, 2] + 7.5 * k[:, 3]
         return t, p
 
 
@@ -43,17 +43,19 @@ class IntervalModel(Model):
     def predict_interval(self, modes: np.ndarray):
         t, p = self.predict(modes)
         far = _idx(modes)[:, 3] > 0
-        half_p = np.where(far, 5.0, 0.3)
+        half_p = np.where(far, 6.0, 0.3)
         half_t = np.where(far, 0.3, 0.03)
         return t, t * np.exp(-half_t), t * np.exp(half_t), p, p - half_p, p + half_p
 
 
 def pick(
-    fitted: Predictor, z_power: list[float] | None = None, **tuning: float
+    fitted: Predictor, z_power: list[float] | None = None, first: bool = False, **tuning: float
 ) -> PowerMode | None:
-    """The pick under BUDGET_W with every low-EMC mode measured as predicted (all fit);
-    `z_power`: the model's recorded power misses, in sds of its interval."""
+    """The pick under BUDGET_W with every low-EMC mode measured as predicted (all fit), in a
+    budget change (`first`: the workload's first budget, before its commit); `z_power`: the
+    model's recorded power misses, in sds of its interval."""
     strategy = PowerTrain(SPACE, lambda: Model(), max_modes=50, **tuning)
+    strategy._first = first
     strategy._z_p = list(z_power or [])
     assert strategy._reference_ready()
     own = {}
@@ -76,6 +78,13 @@ def test_a_wide_interval_gets_the_unexplored_region_measured() -> None:
     assert mode is not None and mode.emc_hz == 2_133_000_000
 
 
+def test_scope_1_leaves_the_first_budgets_picks_before_its_commit_alone() -> None:
+    on = {"interval_doubt_time": 1.0, "interval_doubt_power": 1.0}
+    assert pick(IntervalModel(), first=True, **on) is None
+    mode = pick(IntervalModel(), first=True, interval_scope=0, **on)
+    assert mode is not None and mode.emc_hz == 2_133_000_000
+
+
 def test_without_intervals_the_option_changes_nothing() -> None:
     assert pick(Model(), interval_doubt_time=1.0, interval_doubt_power=1.0) is None
 
@@ -84,7 +93,7 @@ def test_calibrated_intervals_shrink_when_the_misses_were_far_inside_them() -> N
     """interval_calibrate: the recorded power misses were a tenth of the interval's sd, so
     the interval is read ~0.4x as wide and the high-EMC modes are too unlikely to fit; misses
     of 1 sd keep the interval as stated."""
-    on = {"interval_doubt_time": 1.0, "interval_doubt_power": 1.0, "interval_calibrate": 1}
+    on = {"interval_doubt_time": 1.0, "interval_doubt_power": 1.0}  # calibrated by default
     assert pick(IntervalModel(), z_power=[0.1] * 12, **on) is None
     mode = pick(IntervalModel(), z_power=[1.0] * 12, **on)
     assert mode is not None and mode.emc_hz == 2_133_000_000
