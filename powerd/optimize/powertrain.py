@@ -79,8 +79,11 @@ transfer, see tools/strategy_replay.py):
   3.1 -> 1.6 %), Orin Nano 3.4 -> 2.0 %, ResNet-18 inference 4.2 -> 3.1 % (worst 23.6 ->
   15.4 %), fresh even or better (0.4 -> 0.0 % ResNet-18) at up to ~2 more modes per
   budget; but without it (--refine 0), mixed order MobileNet 12.9 -> 13.1 % (over 1.6 ->
-  3.1 %), Orin Nano worst 18.3 -> 28.6 %. Everywhere (scope 0), uncalibrated, power or
-  time only, or refine only (scope 2) were worse.
+  3.1 %), Orin Nano worst 18.3 -> 28.6 %. Seeds 2,3, mixed order: --refine 0 MobileNet
+  13.7 -> 13.5 %, Orin Nano 10.9 -> 7.4 %, ResNet-18 inference 2.7 -> 1.7 %; --refine 50
+  13.2 -> 11.4 %, 4.1 -> 3.1 %, 3.3 -> 3.9 %; a change measures up to ~1 more mode. Not
+  on by default: it raises modes used and, in one regime, budgets over. Everywhere
+  (scope 0), uncalibrated, power or time only, or refine only (scope 2) were worse.
 
 Caps: at most `max_modes` distinct modes profiled for the workload's first budget, at most
 `change_modes` more per budget change after it, and at most `picks_per_budget` picks per
