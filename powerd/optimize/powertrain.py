@@ -81,7 +81,8 @@ transfer, see tools/strategy_replay.py):
   budget; but without it (--refine 0), mixed order MobileNet 12.9 -> 13.1 % (over 1.6 ->
   3.1 %), Orin Nano worst 18.3 -> 28.6 %. Seeds 2,3, mixed order: --refine 0 MobileNet
   13.7 -> 13.5 %, Orin Nano 10.9 -> 7.4 %, ResNet-18 inference 2.7 -> 1.7 %; --refine 50
-  13.2 -> 11.4 %, 4.1 -> 3.1 %, 3.3 -> 3.9 %; a change measures up to ~1 more mode. Not
+  13.2 -> 11.4 %, 4.1 -> 3.1 %, 3.3 -> 3.9 %; fresh, --refine 50: 9.4 -> 9.1 %,
+  5.9 -> 6.5 %, 0.6 -> 0.6 %; a change measures up to ~1 more mode. Not
   on by default: it raises modes used and, in one regime, budgets over. Everywhere
   (scope 0), uncalibrated, power or time only, or refine only (scope 2) were worse.
 
