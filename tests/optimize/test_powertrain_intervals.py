@@ -1,0 +1,103 @@
+"""powertrain's interval doubt (Tuning.interval_doubt_time/_power, default off): a region the
+samples never reached, whose fitted interval is wide, may be measured when the point
+prediction alone says it cannot fit; off, or without intervals, the pick is unchanged."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from powerd.device.modespace import ModeSpace
+from powerd.modes import PowerMode
+from powerd.optimize.base import Measurement, Predictor
+from powerd.optimize.powertrain import PowerTrain
+
+SPACE = ModeSpace(
+    cores=[2, 4],
+    cpu_khz=[1_000_000, 2_000_000],
+    gpu_hz=[300_000_000, 600_000_000],
+    emc_hz=[665_000_000, 2_133_000_000],
+)
+BUDGET_W = 10.0
+
+
+def _idx(modes: np.ndarray) -> np.ndarray:
+    """Each knob's index (0 or 1) along its axis."""
+    lo = np.array([2, 1_000_000, 300_000_000, 665_000_000])
+    return (np.asarray(modes).reshape(-1, 4) > lo).astype(np.float64)
+
+
+class Model(Predictor):
+    """The high EMC clock doubles the speed and, by this model, adds 7.5 W: every mode there
+    is predicted 11.5-14 W, over the 10 W budget."""
+
+    def predict(self, modes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        k = _idx(modes)
+        t = 100.0 / (1.0 + 0.2 * k[:, 1] + k[:, 2]) / (1.0 + k[:, 3])
+        p = 4.0 + 0.5 * k[:, 0] + k[:, 1] + k[:, 2] + 7.5 * k[:, 3]
+        return t, p
+
+
+class IntervalModel(Model):
+    """... and says it knows the low EMC clock (its samples) well, the high one poorly."""
+
+    def predict_interval(self, modes: np.ndarray):
+        t, p = self.predict(modes)
+        far = _idx(modes)[:, 3] > 0
+        half_p = np.where(far, 6.0, 0.3)
+        half_t = np.where(far, 0.3, 0.03)
+        return t, t * np.exp(-half_t), t * np.exp(half_t), p, p - half_p, p + half_p
+
+
+def pick(
+    fitted: Predictor, z_power: list[float] | None = None, first: bool = False, **tuning: float
+) -> PowerMode | None:
+    """The pick under BUDGET_W with every low-EMC mode measured as predicted (all fit), in a
+    budget change (`first`: the workload's first budget, before its commit); `z_power`: the
+    model's recorded power misses, in sds of its interval."""
+    strategy = PowerTrain(SPACE, lambda: Model(), max_modes=50, **tuning)
+    strategy._first = first
+    strategy._z_p = list(z_power or [])
+    assert strategy._reference_ready()
+    own = {}
+    t, p = Model().predict(strategy.modes_array)
+    for i, mode in enumerate(strategy.mode_list):
+        if mode.emc_hz == 665_000_000:
+            own[mode] = Measurement(mode, float(t[i]), float(p[i]))
+    strategy.on_fitted(fitted)
+    strategy._fitted_on = frozenset(own)
+    k = strategy._pick(BUDGET_W, own)
+    return None if k is None else strategy.mode_list[k]
+
+
+def test_off_by_default_the_point_prediction_rules_out_the_unexplored_region() -> None:
+    assert pick(IntervalModel()) is None
+
+
+def test_a_wide_interval_gets_the_unexplored_region_measured() -> None:
+    mode = pick(IntervalModel(), interval_doubt_time=1.0, interval_doubt_power=1.0)
+    assert mode is not None and mode.emc_hz == 2_133_000_000
+
+
+def test_scope_1_leaves_the_first_budgets_picks_before_its_commit_alone() -> None:
+    on = {"interval_doubt_time": 1.0, "interval_doubt_power": 1.0}
+    assert pick(IntervalModel(), first=True, **on) is None
+    mode = pick(IntervalModel(), first=True, interval_scope=0, **on)
+    assert mode is not None and mode.emc_hz == 2_133_000_000
+
+
+def test_without_intervals_the_option_changes_nothing() -> None:
+    assert pick(Model(), interval_doubt_time=1.0, interval_doubt_power=1.0) is None
+
+
+def test_calibrated_intervals_shrink_when_the_misses_were_far_inside_them() -> None:
+    """interval_calibrate: the recorded power misses were a tenth of the interval's sd, so
+    the interval is read ~0.4x as wide and the high-EMC modes are too unlikely to fit; misses
+    of 1 sd keep the interval as stated."""
+    on = {"interval_doubt_time": 1.0, "interval_doubt_power": 1.0}  # calibrated by default
+    assert pick(IntervalModel(), z_power=[0.1] * 12, **on) is None
+    mode = pick(IntervalModel(), z_power=[1.0] * 12, **on)
+    assert mode is not None and mode.emc_hz == 2_133_000_000
+    # uncalibrated, the same record changes nothing
+    on["interval_calibrate"] = 0
+    mode = pick(IntervalModel(), z_power=[0.1] * 12, **on)
+    assert mode is not None and mode.emc_hz == 2_133_000_000
