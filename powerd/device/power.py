@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import collections
 import logging
+import random
 import re
 import threading
 import time
@@ -116,6 +117,9 @@ class WattReader(Protocol):
     def read_w(self) -> float: ...
 
 
+SAMPLE_DITHER = 0.5  # each sampling interval is (1 +- this) x the configured one
+
+
 class PowerSampler:
     """Samples `reader.read_w()` every `interval_s` on a background thread into a ring buffer
     of (time.monotonic(), watts). A failed read is logged and counted; the thread goes on."""
@@ -172,10 +176,14 @@ class PowerSampler:
 
     def _run(self) -> None:
         next_t = time.monotonic()
+        rng = random.Random()
         while not self._stop.is_set():
             self.sample_once()
-            # Fixed-rate schedule; if reading fell behind, restart from now rather than burst.
-            next_t += self.interval_s
+            # Dithered schedule (0.5-1.5x the interval, the same rate on average): a job
+            # whose short bursts repeat at the sampling period (inference batches at 10/s
+            # against 100 ms samples) would otherwise be sampled at one phase, in its gaps
+            # every time. If reading fell behind, restart from now rather than burst.
+            next_t += self.interval_s * (1.0 + SAMPLE_DITHER * (2.0 * rng.random() - 1.0))
             now = time.monotonic()
             if next_t < now:
                 next_t = now + self.interval_s

@@ -12,6 +12,7 @@ from powerd.device.errors import DeviceError
 from powerd.device.power import PowerReader, PowerSampler, discover_rails
 from powerd.modes import PowerMode
 from powerd.sim.emulator import Emulator
+from tests.waiting import poll_until
 
 
 def make_ina(root: Path, device: str, hwmon: int, channels: dict[int, tuple[str, int, int]]):
@@ -170,3 +171,28 @@ def test_sampler_ring_buffer_and_mean(emulated_nano: Emulator) -> None:
     want = emulated_nano.target_power_w()
     assert sampler.mean_between(t0, time.monotonic()) == pytest.approx(want, rel=0.03)
     assert sampler.mean_between(0, 1) is None
+
+
+class BurstReader:
+    """Board power with a short burst (an inference batch) in every period: busy only in
+    [4, 6) ms of each 10 ms, idle otherwise."""
+
+    def __init__(self, period_s: float):
+        self.period_s = period_s
+        self.t0 = time.monotonic()
+
+    def read_w(self) -> float:
+        phase = (time.monotonic() - self.t0) % self.period_s
+        return 20.0 if 0.4 * self.period_s <= phase < 0.6 * self.period_s else 10.0
+
+
+def test_sampling_at_the_burst_period_still_sees_the_bursts() -> None:
+    """Bursts that repeat at exactly the sampling period: a fixed-rate sampler reads them at
+    one phase (here: the gaps, every time); the dithered one reads both levels."""
+    reader = BurstReader(0.01)
+    sampler = PowerSampler(reader, interval_s=0.01)
+    with sampler:
+        assert poll_until(lambda: len(sampler.samples_between(0.0, 1e12)) >= 150, 10.0)
+    levels = [w for _, w in sampler.samples_between(0.0, 1e12)]
+    busy = sum(w == 20.0 for w in levels)
+    assert busy >= 5 and len(levels) - busy >= 5, (busy, len(levels))
