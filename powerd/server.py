@@ -590,7 +590,7 @@ class Server:
             gpath, fpath = gate_path(cfg.endpoint), gate_flag_path(cfg.endpoint)
             if gpath is not None:
                 gate = GateListener(gpath)
-                _set_socket_access("ipc://" + gpath, cfg.socket_group)
+                _set_access(gpath, cfg.socket_group, 0o660)
                 poller.register(gate.listener.fileno(), zmq.POLLIN)
             if fpath is not None:
                 flag = GateFlag(fpath)

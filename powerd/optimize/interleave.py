@@ -223,15 +223,14 @@ class InterleavePlanner:
         # glitched reading can throw the refit's powers off), measure the pair predicted to
         # draw least; then serve the lowest measured max power, flagged.
         low = min(joint, key=lambda j: max(j[2], j[4])) if joint else None
-        if can_measure and (low is None or max(low[2], low[4]) > goal.budget_w):
-            pmax = np.where(measured, np.inf, np.maximum(p_i, p_tr))
-            i = int(np.argmin(pmax))
-            if np.isfinite(pmax[i]) and (low is None or pmax[i] < max(low[2], low[4])):
-                return MeasureJoint(self._pairs[i])
-        if low is not None:
-            return self._serve(goal, low, False)
-        i = int(np.argmin(np.where(measured, np.inf, np.maximum(p_i, p_tr))))
-        return MeasureJoint(self._pairs[i])
+        pmax = np.where(measured, np.inf, np.maximum(p_i, p_tr))
+        i = int(np.argmin(pmax))
+        if low is None:
+            return MeasureJoint(self._pairs[i])
+        low_w = max(low[2], low[4])
+        if can_measure and low_w > goal.budget_w and np.isfinite(pmax[i]) and pmax[i] < low_w:
+            return MeasureJoint(self._pairs[i])
+        return self._serve(goal, low, False)
 
     # -- helpers ---------------------------------------------------------------------------
     def _violation(self, goal, b, t_i, t_tr, p_i, p_tr) -> np.ndarray:

@@ -269,13 +269,14 @@ def fit_pair_model(
     rt, rp = np.log(np.maximum(t0, 1e-9)), np.log(np.maximum(p0, 1e-9))
     yt = np.log([s.batch_ms for s in ms])
     yp = np.log([s.power_w for s in ms])
-    tc = _ridge_to_prior(th.design(rt, b), yt, tp, _LAMBDAS)
-    pc = _ridge_to_prior(ph.design(rp, b), yp, pp, _LAMBDAS)
-    fitted = FittedPairModel(prior, _Head(tc, lb2), _Head(pc, lb2))
+    xt, xp = th.design(rt, b), ph.design(rp, b)
+    tc = _ridge_to_prior(xt, yt, tp, _LAMBDAS)
+    pc = _ridge_to_prior(xp, yp, pp, _LAMBDAS)
+    local = None
     if LOCAL_WIDTH > 0:  # 0: the heads alone
-        lt, lp = fitted._heads(modes, b)
-        fitted.local = _Local(_log_point(modes, b), yt - lt, yp - lp, LOCAL_WIDTH, LOCAL_SHRINK)
-    return fitted
+        res_t, res_p = yt - xt @ tc, yp - xp @ pc
+        local = _Local(_log_point(modes, b), res_t, res_p, LOCAL_WIDTH, LOCAL_SHRINK)
+    return FittedPairModel(prior, _Head(tc, lb2), _Head(pc, lb2), local)
 
 
 def make_fitter(prior: PairModel, method: str):

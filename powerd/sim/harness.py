@@ -67,14 +67,15 @@ class EmulatedBoard:
         self.time_scale = time_scale
         self._own_dir = workdir is None
         # ipc paths must stay under ~100 characters
+        scratch = _scratch()
         self.dir = (
-            Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="powerd-", dir=_scratch()))
+            Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="powerd-", dir=scratch))
         )
         # the emulated sysfs tree is rewritten every few ms: it lives in memory even when
         # the state and logs go to a caller's (disk-backed) workdir
-        self._own_root = workdir is not None and _scratch() != "/tmp"
+        self._own_root = workdir is not None and scratch != "/tmp"
         self.root = (
-            Path(tempfile.mkdtemp(prefix="powerd-root-", dir=_scratch())) / "root"
+            Path(tempfile.mkdtemp(prefix="powerd-root-", dir=scratch)) / "root"
             if self._own_root
             else self.dir / "root"
         )
