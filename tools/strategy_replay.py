@@ -30,7 +30,9 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -64,13 +66,18 @@ VISIBLE = (
 )
 
 
-def predictor_pair(kind: str, trace: Trace, seed: int):
-    """(reference factory, fitter) for powertrain."""
+def predictor_pair(kind: str, trace: Trace, seed: int, ridge: Sequence[str] = ()):
+    """(reference factory, fitter) for powertrain; `ridge`: RidgeOptions overrides, "k=v"
+    (none: the daemon's defaults)."""
     if kind == "reference":
         from powerd.predictor import ReferenceModel, fit_workload
+        from powerd.predictor.transfer import RidgeOptions
 
         ref = ReferenceModel.load()
-        return (lambda: ref), (lambda samples: fit_workload(samples, ref, method="ridge"))
+        opts = RidgeOptions(**knob_values(ridge))
+        return (lambda: ref), (
+            lambda samples: fit_workload(samples, ref, method="ridge", ridge_options=opts)
+        )
     oracle = NoisyOracle(trace, time_err=0.10, power_err=0.05, jitter=0.02, seed=seed)
     return (lambda: oracle), RidgeFitter(oracle, [trace.axis(f) for f in FIELDS])
 
@@ -82,7 +89,7 @@ def run(strategy: str, trace: Trace, args: argparse.Namespace, seed: int) -> Swe
         budgets = mixed_order(budgets, seed)
     factory, fitter = (None, None)
     if strategy == "powertrain":
-        factory, fitter = predictor_pair(args.predictor, trace, seed)
+        factory, fitter = predictor_pair(args.predictor, trace, seed, args.ridge)
     return replay_sweep(
         lambda: make_strategy(
             strategy, space, predictor_factory=factory, max_modes=args.modes, **knobs(args)
@@ -98,10 +105,18 @@ def run(strategy: str, trace: Trace, args: argparse.Namespace, seed: int) -> Swe
 
 def knobs(args: argparse.Namespace) -> dict[str, float]:
     """--set key=value pairs (numbers) for the strategy's Tuning."""
-    out = {}
-    for kv in args.set:
+    return knob_values(args.set)
+
+
+def knob_values(pairs: Sequence[str]) -> dict[str, Any]:
+    """"key=value" pairs: numbers as numbers, anything else as a string."""
+    out: dict[str, Any] = {}
+    for kv in pairs:
         k, v = kv.split("=", 1)
-        out[k] = float(v) if "." in v or "e" in v else int(v)
+        try:
+            out[k] = float(v) if "." in v or "e" in v else int(v)
+        except ValueError:
+            out[k] = v
     return out
 
 
@@ -119,6 +134,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--strategy", action="append", choices=STRATEGIES, help="default: both")
     ap.add_argument("--trace", action="append", type=Path, help="default: the visible traces")
     ap.add_argument("--predictor", choices=("reference", "oracle"), default="reference")
+    ap.add_argument(
+        "--ridge", action="append", default=[],
+        help="a RidgeOptions field of the refit, e.g. time_model=auto (default: the daemon's)",
+    )
     ap.add_argument("--modes", type=int, default=50, help="[profiling] modes (default 50)")
     ap.add_argument("--budgets", help="lo:hi (1 W steps) or a,b,c; default by board")
     ap.add_argument("--seeds", default="0", help="noise seeds, e.g. 0,1,2 (tables: first)")
@@ -167,7 +186,7 @@ def step_time_line(strategy: str, trace: Trace, args: argparse.Namespace, seed: 
     space = GridSpace.from_trace(trace)
     factory, fitter = (None, None)
     if strategy == "powertrain":
-        factory, fitter = predictor_pair(args.predictor, trace, seed)
+        factory, fitter = predictor_pair(args.predictor, trace, seed, args.ridge)
     targets = time_targets(trace, own_range_budgets(trace))
     res = replay_time_targets(
         lambda: make_strategy(
