@@ -190,6 +190,9 @@ class Tuning:
     # budget changes and after a commit); 2 only after a commit (refine), where a measurement
     # is training anyway and the commit stays the fastest measured mode that fits
     interval_scope: int = 1
+    # The step-time objective's last stage (cheapest_meeting): measure a mode predicted to
+    # meet the target at less power with at least this chance.
+    step_time_fit_prob: float = 0.5
 
 
 # --------------------------------------------------------------------------- seed plan
@@ -380,6 +383,45 @@ class PowerTrain(Strategy):
         self._picks += 1
         self._pick_cap = max(self._pick_cap, self._picks)
         return Measure(self.mode_list[pick])
+
+    def cheapest_meeting(
+        self,
+        step_time_ms: float,
+        cap_w: float,
+        samples: Mapping[PowerMode, Measurement],
+        below_w: float,
+    ) -> Measure | Fit | None:
+        """For the step-time objective: the unmeasured mode of least predicted power among
+        those the model puts at or under `step_time_ms` (with a chance of at least
+        `step_time_fit_prob`) and more than the power noise under `below_w` (the lowest
+        power measured to meet the target) and `cap_w`. A Fit first when the samples
+        changed. None when no mode promises less power."""
+        if not self._reference_ready():
+            return None
+        own = {k: v for k, v in samples.items() if k in self.index}
+        if self._fit_stale(own):
+            self._fit_asked_on = frozenset(own)
+            return Fit()
+        self._score_misses(own)
+        c = self.cfg
+        t, p, dt, _ = self._corrected(own)
+        ok = np.isfinite(t) & (t > 0) & np.isfinite(p)
+        ok &= p <= min(below_w - c.noise_power_w, cap_w)
+        for mode, m in own.items():
+            i = self.index[mode]
+            ok[i] = False
+            too_slow = m.aborted_over_budget or not (m.time_ms <= step_time_ms)
+            if too_slow and math.isfinite(m.time_ms):
+                # a mode at or below (every knob) one measured too slow is slower still
+                ok &= ~np.all(self.rank_idx <= self.rank_idx[i], axis=1)
+        cand = np.flatnonzero(ok)
+        if cand.size == 0:
+            return None
+        z = (math.log(step_time_ms) - np.log(t[cand])) / dt[cand]
+        cand = cand[_norm_cdf(z) >= c.step_time_fit_prob]
+        if cand.size == 0:
+            return None
+        return Measure(self.mode_list[int(cand[np.lexsort((cand, t[cand], p[cand]))[0]])])
 
     def on_fitted(self, predictor: Predictor) -> None:
         self._fitted = predictor

@@ -15,7 +15,11 @@ times count.
    feasible=False (`fastest_ms` says what is achievable).
 2. Bisect between the lowest measured power and the best candidate's measured power,
    until the bracket is narrower than `tol_w`.
-3. Commit the lowest-power measured mode whose measured time meets the target.
+3. While the inner strategy proposes one (`cheapest_meeting`, powertrain's model) and at most
+   `verify` times: measure the mode predicted to meet the target at the least power below
+   the best measured. The bisection answers "the fastest mode under B" questions; this asks
+   the model the objective's own question, and the measurement decides.
+4. Commit the lowest-power measured mode whose measured time meets the target.
 
 For powertrain each bisection step is a budget change (its own few modes); the samples
 (and the fitted model) carry over, so later steps cost little.
@@ -27,7 +31,7 @@ import math
 from collections.abc import Mapping
 
 from powerd.modes import PowerMode
-from powerd.optimize.base import Action, Commit, Measurement, Predictor, Strategy
+from powerd.optimize.base import Action, Commit, Measure, Measurement, Predictor, Strategy
 
 OBJECTIVES = ("power_budget", "step_time")
 
@@ -53,7 +57,12 @@ class StepTimeSearch(Strategy):
     """Bisects the budget of an inner budget strategy (see the module docstring)."""
 
     def __init__(
-        self, inner: Strategy, step_time_ms: float, tol_w: float = 0.5, margin: float = 0.01
+        self,
+        inner: Strategy,
+        step_time_ms: float,
+        tol_w: float = 0.5,
+        margin: float = 0.015,
+        verify: int = 4,
     ):
         if not step_time_ms > 0:
             raise ValueError(f"step_time_ms must be > 0, got {step_time_ms}")
@@ -62,8 +71,12 @@ class StepTimeSearch(Strategy):
         self.step_time_ms = float(step_time_ms)
         self.tol_w = tol_w
         # measured times must beat the target by this share: the lowest-power mode among
-        # many near the target is the one whose measurement erred low (winner's curse)
+        # many near the target is the one whose measurement erred low (winner's curse).
+        # Replayed (2 % time noise, in-sample traces): 0.01 met 93 % of MobileNet
+        # training's targets, 0.015 all of them, at 1.7 % median power over the least.
         self.margin = margin
+        self.verify = verify
+        self._verified = 0  # measurements of stage 3 for this target
         self.fastest_ms: float | None = None  # measured at the cap (infeasible: the best)
         self._cap: float | None = None
         self._lo = self._hi = math.nan
@@ -91,7 +104,7 @@ class StepTimeSearch(Strategy):
         """`budget_w` is the power cap the pinned mode must also respect."""
         if self._cap != budget_w:
             self._cap, self._probe, self._done = budget_w, budget_w, False
-            self.fastest_ms = None
+            self.fastest_ms, self._verified = None, 0
         for _ in range(64):  # each pass narrows the bracket; 64 is far more than needed
             if self._done:
                 break
@@ -101,7 +114,19 @@ class StepTimeSearch(Strategy):
                 return action
             self._advance(action, samples)
         self._done = True
-        return self._final(samples)
+        action = self._cheaper(samples)
+        return action if action is not None else self._final(samples)
+
+    def _cheaper(self, samples: Mapping[PowerMode, Measurement]) -> Action | None:
+        """Stage 3: a mode the inner strategy's model puts at the target for less power."""
+        propose = getattr(self.inner, "cheapest_meeting", None)
+        best = lowest_power_meeting(samples, self._goal, self._cap)  # type: ignore[arg-type]
+        if propose is None or best is None or self._verified >= self.verify:
+            return None
+        action = propose(self._goal, self._cap, samples, best.power_w)
+        if isinstance(action, Measure):
+            self._verified += 1
+        return action
 
     def _advance(self, commit: Commit, samples: Mapping[PowerMode, Measurement]) -> None:
         """The inner strategy pinned `commit` under budget self._probe: narrow the bracket."""

@@ -7,8 +7,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from powerd.modes import FIELDS
+from powerd.modes import FIELDS, PowerMode
 from powerd.optimize import make_strategy
+from powerd.optimize.base import Commit, Fit, Measure, Measurement, Strategy
 from powerd.optimize.time_target import StepTimeSearch
 from powerd.sim.trace import Trace
 from powerd_replay.training import (
@@ -66,3 +67,100 @@ def test_the_power_cap_is_respected(nano: Trace) -> None:
     samples: dict = {}
     commit, _ = solve_budget(search, cap, samples, TraceMeasurer(nano, NoiseModel()), fitter)
     assert commit.feasible and samples[commit.mode].power_w <= cap
+
+
+# ---- stage 3: the model asked for the objective's own answer --------------------------------
+
+
+TABLE = {  # mode -> (time ms, power W); T = 110
+    PowerMode(4, 1, 4, 4): (100.0, 20.0),  # fast, costly
+    PowerMode(4, 1, 2, 2): (120.0, 15.0),  # too slow
+    PowerMode(2, 1, 1, 1): (140.0, 12.0),  # too slow
+    PowerMode(3, 1, 3, 1): (105.0, 14.0),  # meets T at the least power; the inner never tries it
+    PowerMode(3, 1, 2, 1): (130.0, 13.0),  # proposals that turn out too slow
+    PowerMode(2, 1, 2, 1): (135.0, 12.5),
+}
+
+
+class _Table(Strategy):
+    """An inner strategy that measures the first three table modes and commits the fastest
+    within the budget; `proposals` is what its model would answer to cheapest_meeting."""
+
+    name = "table"
+
+    def __init__(self, proposals: list[PowerMode]):
+        self.proposals = list(proposals)
+        self.asked = 0
+
+    def next_action(self, budget_w, samples):
+        for mode in list(TABLE)[:3]:
+            if mode not in samples:
+                return Measure(mode)
+        within = [m for m in samples.values() if m.power_w <= budget_w]
+        if not within:
+            return Commit(min(samples.values(), key=lambda m: m.power_w).mode, feasible=False)
+        return Commit(min(within, key=lambda m: m.time_ms).mode)
+
+    def cheapest_meeting(self, step_time_ms, cap_w, samples, below_w):
+        self.asked += 1
+        left = [m for m in self.proposals if m not in samples]
+        return Measure(left[0]) if left else None
+
+
+def _drive(search: StepTimeSearch, cap_w: float = 30.0) -> tuple[Commit, dict]:
+    samples: dict[PowerMode, Measurement] = {}
+    for _ in range(200):
+        action = search.next_action(cap_w, samples)
+        if isinstance(action, Commit):
+            return action, samples
+        t, p = TABLE[action.mode]
+        samples[action.mode] = Measurement(action.mode, t, p, steps=10)
+    raise AssertionError("no commit")
+
+
+def test_a_cheaper_mode_the_model_proposes_is_measured_and_committed() -> None:
+    cheap = PowerMode(3, 1, 3, 1)
+    commit, samples = _drive(StepTimeSearch(_Table([cheap]), step_time_ms=110.0))
+    assert cheap in samples and commit.mode == cheap and commit.feasible
+    # without the stage, the bisection's answer: the only inner mode meeting T
+    commit, samples = _drive(StepTimeSearch(_Table([cheap]), step_time_ms=110.0, verify=0))
+    assert cheap not in samples and commit.mode == PowerMode(4, 1, 4, 4)
+
+
+def test_proposals_stop_after_verify_measurements_and_only_measured_times_count() -> None:
+    # every proposal is too slow when measured: `verify` of them are, the commit stays
+    slow = [PowerMode(3, 1, 2, 1), PowerMode(2, 1, 2, 1)]
+    commit, samples = _drive(StepTimeSearch(_Table(slow), step_time_ms=110.0, verify=1))
+    assert commit.mode == PowerMode(4, 1, 4, 4)
+    assert slow[0] in samples and slow[1] not in samples
+    commit, samples = _drive(StepTimeSearch(_Table(slow), step_time_ms=110.0, verify=4))
+    assert commit.mode == PowerMode(4, 1, 4, 4) and all(m in samples for m in slow)
+
+
+def test_powertrain_proposes_the_least_power_mode_predicted_to_meet_the_target(
+    nano: Trace,
+) -> None:
+    class Exact:  # the trace itself as the model
+        def predict(self, modes):
+            rows = [nano.lookup(PowerMode(*map(int, m))) for m in modes]
+            return np.array([r.time_ms for r in rows]), np.array([r.power_w for r in rows])
+
+    space = GridSpace.from_trace(nano)
+    target = float(np.median(nano.time_ms))
+    meets = nano.time_ms <= target
+    best = int(np.flatnonzero(meets)[np.argmin(nano.power_w[meets])])
+    strategy = make_strategy("powertrain", space, predictor_factory=Exact)
+    action = strategy.cheapest_meeting(target, 100.0, {}, float("inf"))
+    assert isinstance(action, Measure) and action.mode == nano.rows[best].mode
+    # nothing cheaper than what was measured to meet it: no proposal
+    assert strategy.cheapest_meeting(target, 100.0, {}, nano.power_w[best]) is None
+    # measured too slow, it is ruled out, and so is every mode at or below it in every
+    # knob (time is monotone enough); after the refit the next proposal is elsewhere
+    here = nano.rows[best].mode
+    own = {here: Measurement(here, 2 * target, float(nano.power_w[best]), steps=10)}
+    assert isinstance(strategy.cheapest_meeting(target, 100.0, own, float("inf")), Fit)
+    strategy.on_fitted(Exact())
+    nxt = strategy.cheapest_meeting(target, 100.0, own, float("inf"))
+    assert isinstance(nxt, Measure) and nxt.mode != here
+    assert not all(a <= b for a, b in zip(nxt.mode.as_tuple(), here.as_tuple(), strict=True))
+    assert nano.lookup(nxt.mode).time_ms <= target
