@@ -138,7 +138,7 @@ def inference_alone(method: str, quick: bool) -> None:
         )
 
 
-def interleaved(quick: bool) -> None:
+def interleaved(quick: bool, train_refine: int = 0) -> None:
     from powerd.optimize import make_strategy
     from powerd.predictor.reference import ReferenceModel
     from powerd.predictor.transfer import fit_ridge, fit_workload
@@ -157,7 +157,8 @@ def interleaved(quick: bool) -> None:
     measurer = TraceMeasurer(train, NoiseModel(seed=0))
     for b in IL_BUDGETS:
         commit, _ = solve_budget(
-            strategy, b, base, measurer, lambda s: fit_workload(s, ref, method="ridge")
+            strategy, b, base, measurer, lambda s: fit_workload(s, ref, method="ridge"),
+            refine_room=train_refine,
         )
         alone[b] = commit.mode
     # "after leaving" below is this decision by construction: training decision quality
@@ -874,6 +875,14 @@ def main() -> None:
         help="only: training + inference through the real daemon (join, points, leave)",
     )
     ap.add_argument("--train-modes", type=int, default=30, help="with --daemon-interleave")
+    ap.add_argument(
+        "--train-refine",
+        type=int,
+        default=0,
+        metavar="N",
+        help="interleaved replay: the training job says how long it runs (expected_steps) "
+        "and may measure N modes past each commit (default 0: it does not say)",
+    )
     args = ap.parse_args()
     if args.daemon_interleave:
         print(
@@ -895,8 +904,16 @@ def main() -> None:
         print(f"inference alone, prior {method} (planner replay, not yet through the daemon):")
         inference_alone(method, args.quick)
     if not args.no_interleave:
-        print("interleaved training + inference (planner replay, not yet through the daemon):")
-        interleaved(args.quick)
+        told = (
+            f"it measures up to {args.train_refine} modes past each commit"
+            if args.train_refine
+            else "it does not say how long it runs"
+        )
+        print(
+            "interleaved training + inference (planner replay, not yet through the daemon; "
+            f"the training job: {told}):"
+        )
+        interleaved(args.quick, args.train_refine)
     if args.emulate > 0:
         print("interleaved on the emulator (real client, stand-in daemon, FIFO GPU):")
         emulated(args.emulate, args.scale)

@@ -569,6 +569,8 @@ class TimeTargetResult:
     power_w: float
     best_power_w: float  # the lowest-power traced mode meeting the target (nan: none)
     new_probes: int
+    # ... among rows that are no glitch (inconsistent_rows): what a closed loop can find
+    regular_best_power_w: float = math.nan
 
     @property
     def met(self) -> bool:
@@ -578,6 +580,10 @@ class TimeTargetResult:
     @property
     def power_excess(self) -> float:
         return self.power_w / self.best_power_w - 1.0
+
+    @property
+    def regular_power_excess(self) -> float:
+        return self.power_w / self.regular_best_power_w - 1.0
 
 
 def time_targets(trace: Trace, budgets: Iterable[float], slack: float = 0.03) -> list[float]:
@@ -604,6 +610,7 @@ def replay_time_targets(
     from powerd.optimize.time_target import StepTimeSearch
 
     measurer = TraceMeasurer(trace, noise)
+    regular = ~inconsistent_rows(trace)
     out = []
     for target in targets:
         search = StepTimeSearch(make(), target)
@@ -611,6 +618,7 @@ def replay_time_targets(
         commit, stats = solve_budget(search, cap_w, samples, measurer, fitter)
         row = trace.lookup(commit.mode)
         ok = trace.power_w[trace.time_ms <= target]
+        ok_regular = trace.power_w[(trace.time_ms <= target) & regular]
         out.append(
             TimeTargetResult(
                 target_ms=target,
@@ -620,6 +628,7 @@ def replay_time_targets(
                 power_w=row.power_w,
                 best_power_w=float(ok.min()) if ok.size else math.nan,
                 new_probes=stats["probes"],
+                regular_best_power_w=float(ok_regular.min()) if ok_regular.size else math.nan,
             )
         )
     return out
