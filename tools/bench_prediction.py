@@ -3,7 +3,7 @@
 
     .venv/bin/python tools/bench_prediction.py                      # in-sample traces
     .venv/bin/python tools/bench_prediction.py --held-out           # + the held-out trace
-    .venv/bin/python tools/bench_prediction.py --time-model physical,reference --designs grid
+    .venv/bin/python tools/bench_prediction.py --time-model auto,physical,reference --designs grid
 
 For every visible trace but the reference corpus, choose the modes to profile, take their
 true time and power from the trace (with the replay's measurement noise for the strategy's
@@ -142,7 +142,12 @@ def main() -> int:
     ap.add_argument("--designs", default="strategy,grid,front,low")
     ap.add_argument("--k", default="20,30,50", help="modes for grid/front")
     ap.add_argument("--seeds", default="0,1,2")
-    ap.add_argument("--time-model", default="physical", help="physical,reference to compare")
+    ap.add_argument(
+        "--time-model",
+        default=RidgeOptions().time_model,
+        help="the time head: auto (the daemon's default), physical, reference; "
+        "comma-separated to compare",
+    )
     ap.add_argument(
         "--growth",
         help="intervals growth_time:growth_power:extrapolation_time:extrapolation_power, "
