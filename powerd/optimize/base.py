@@ -73,6 +73,18 @@ class Strategy(ABC):
         pin). Default: nothing to refine."""
         return None
 
+    def cheapest_meeting(
+        self,
+        step_time_ms: float,
+        cap_w: float,
+        samples: Mapping[PowerMode, Measurement],
+        below_w: float,
+    ) -> Measure | Fit | None:
+        """For the step-time objective (powerd.optimize.time_target): an unmeasured mode
+        the strategy's model expects to meet `step_time_ms` at less power than `below_w`
+        (and within `cap_w`), a Fit it needs first, or None. Default: no model to ask."""
+        return None
+
 
 def fits(m: Measurement, budget_w: float) -> bool:
     return (not m.aborted_over_budget) and m.power_w <= budget_w

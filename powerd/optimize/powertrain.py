@@ -399,9 +399,9 @@ class PowerTrain(Strategy):
         if not self._reference_ready():
             return None
         own = {k: v for k, v in samples.items() if k in self.index}
-        if self._fit_stale(own):
-            self._fit_asked_on = frozenset(own)
-            return Fit()
+        fit = self._ask_fit(own)
+        if fit is not None:
+            return fit
         self._score_misses(own)
         c = self.cfg
         t, p, dt, _ = self._corrected(own)
@@ -441,9 +441,9 @@ class PowerTrain(Strategy):
                 seed = self._next_seed(budget_w, own)
                 if seed is not None:
                     return Measure(self.mode_list[seed])
-        if self._fit_stale(own):
-            self._fit_asked_on = frozenset(own)
-            return Fit()
+        fit = self._ask_fit(own)
+        if fit is not None:
+            return fit
         if room > 0 and self._picks < self._pick_cap:
             pick = self._pick(budget_w, own)
             if pick is not None:
@@ -661,6 +661,13 @@ class PowerTrain(Strategy):
         return None
 
     # -- fitting ------------------------------------------------------------------------
+    def _ask_fit(self, own: Mapping[PowerMode, Measurement]) -> Fit | None:
+        """A Fit of these samples when the model at hand was not fitted to them."""
+        if not self._fit_stale(own):
+            return None
+        self._fit_asked_on = frozenset(own)
+        return Fit()
+
     def _fit_stale(self, own: Mapping[PowerMode, Measurement]) -> bool:
         current = frozenset(own)
         if not current or current == self._fitted_on:

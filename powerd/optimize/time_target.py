@@ -15,7 +15,8 @@ times count.
    feasible=False (`fastest_ms` says what is achievable).
 2. Bisect between the lowest measured power and the best candidate's measured power,
    until the bracket is narrower than `tol_w`.
-3. While the inner strategy proposes one (`cheapest_meeting`, powertrain's model) and at most
+3. While the inner strategy proposes one (`Strategy.cheapest_meeting`: powertrain asks its
+   model; binary-search has none) and at most
    `verify` times: measure the mode predicted to meet the target at the least power below
    the best measured. The bisection answers "the fastest mode under B" questions; this asks
    the model the objective's own question, and the measurement decides.
@@ -119,11 +120,11 @@ class StepTimeSearch(Strategy):
 
     def _cheaper(self, samples: Mapping[PowerMode, Measurement]) -> Action | None:
         """Stage 3: a mode the inner strategy's model puts at the target for less power."""
-        propose = getattr(self.inner, "cheapest_meeting", None)
-        best = lowest_power_meeting(samples, self._goal, self._cap)  # type: ignore[arg-type]
-        if propose is None or best is None or self._verified >= self.verify:
+        assert self._cap is not None
+        best = lowest_power_meeting(samples, self._goal, self._cap)
+        if best is None or self._verified >= self.verify:
             return None
-        action = propose(self._goal, self._cap, samples, best.power_w)
+        action = self.inner.cheapest_meeting(self._goal, self._cap, samples, best.power_w)
         if isinstance(action, Measure):
             self._verified += 1
         return action

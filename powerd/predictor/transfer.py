@@ -718,7 +718,8 @@ def fit_heads(
     if opts.time_model in ("physical", "auto") and x_phys is not None:
         candidates.append(_trimmed(fit_physical, len(ti), opts.time_floor, opts))
         factors.append(1.0)
-    # "auto": the head whose leave-one-out error is lower (mean squared log ratio).
+    # "auto": the head whose leave-one-out error (mean squared log ratio) is lower, the
+    # reference head's divided by auto_reference_factor.
     scored = [
         (float(np.mean(honest(c) ** 2)) / f if len(c[2]) and f > 0 else np.inf, n)
         for n, (c, f) in enumerate(zip(candidates, factors, strict=True))

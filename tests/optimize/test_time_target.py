@@ -90,7 +90,6 @@ class _Table(Strategy):
 
     def __init__(self, proposals: list[PowerMode]):
         self.proposals = list(proposals)
-        self.asked = 0
 
     def next_action(self, budget_w, samples):
         for mode in list(TABLE)[:3]:
@@ -102,7 +101,6 @@ class _Table(Strategy):
         return Commit(min(within, key=lambda m: m.time_ms).mode)
 
     def cheapest_meeting(self, step_time_ms, cap_w, samples, below_w):
-        self.asked += 1
         left = [m for m in self.proposals if m not in samples]
         return Measure(left[0]) if left else None
 
