@@ -410,9 +410,10 @@ class PowerTrain(Strategy):
         for mode, m in own.items():
             i = self.index[mode]
             ok[i] = False
-            too_slow = m.aborted_over_budget or not (m.time_ms <= step_time_ms)
-            if too_slow and math.isfinite(m.time_ms):
-                # a mode at or below (every knob) one measured too slow is slower still
+            # a mode at or below (every knob) one measured too slow is slower still; a
+            # window cut short over the cap timed too few steps to say it was slow
+            ok_t = not m.aborted_over_budget and math.isfinite(m.time_ms)
+            if ok_t and m.time_ms > step_time_ms:
                 ok &= ~np.all(self.rank_idx <= self.rank_idx[i], axis=1)
         cand = np.flatnonzero(ok)
         if cand.size == 0:

@@ -71,21 +71,27 @@ MIN_TORCH_SAMPLES = 10
 @dataclass(frozen=True)
 class Samples:
     """Profiled modes of one workload. NaN time (aborted before enough steps) or NaN power
-    excludes that sample from that model's fit only."""
+    excludes that sample from that model's fit only. `power_min_w` holds lower bounds on
+    power where `power_w` is NaN (a window cut short over the budget; NaN: no bound), see
+    :func:`with_power_floors`."""
 
     modes: np.ndarray  # (k, 4) int64
     time_ms: np.ndarray  # (k,)
     power_w: np.ndarray  # (k,)
+    power_min_w: np.ndarray | None = None  # (k,)
 
     def __post_init__(self) -> None:
         m = validate_modes(self.modes)
         t = np.asarray(self.time_ms, dtype=np.float64).reshape(-1)
         p = np.asarray(self.power_w, dtype=np.float64).reshape(-1)
-        if not len(m) == len(t) == len(p):
+        lo = self.power_min_w
+        lo = np.full(len(p), np.nan) if lo is None else np.asarray(lo, np.float64).reshape(-1)
+        if not len(m) == len(t) == len(p) == len(lo):
             raise ValueError(f"samples: {len(m)} modes, {len(t)} times, {len(p)} powers")
         object.__setattr__(self, "modes", m)
         object.__setattr__(self, "time_ms", t)
         object.__setattr__(self, "power_w", p)
+        object.__setattr__(self, "power_min_w", lo)
 
     def __len__(self) -> int:
         return len(self.modes)
@@ -112,11 +118,13 @@ class Samples:
     def from_measurements(cls, samples: Mapping[PowerMode, Measurement]) -> Samples:
         ms = list(samples.values())
         modes = np.array([m.mode.as_tuple() for m in ms], dtype=np.int64).reshape(-1, 4)
-        # An aborted measurement's time is unknown; its power (over the short window) is
-        # still a lower bound at best, so it does not train the power model either.
-        t = np.array([np.nan if m.aborted_over_budget else m.time_ms for m in ms])
-        p = np.array([np.nan if m.aborted_over_budget else m.power_w for m in ms])
-        return cls(modes, t, p)
+        # An aborted measurement's time is unknown; its power (a few readings, possibly
+        # with the switch's transient) is a lower bound at best: see with_power_floors.
+        ab = [m.aborted_over_budget for m in ms]
+        t = np.array([np.nan if a else m.time_ms for m, a in zip(ms, ab, strict=True)])
+        p = np.array([np.nan if a else m.power_w for m, a in zip(ms, ab, strict=True)])
+        lo = np.array([m.power_w if a else np.nan for m, a in zip(ms, ab, strict=True)])
+        return cls(modes, t, p, np.where(np.isfinite(lo) & (lo > 0), lo, np.nan))
 
 
 @dataclass(frozen=True)
@@ -776,6 +784,21 @@ def fit_heads(
     return time_head, power_head, stats
 
 
+def with_power_floors(s: Samples, predicted_w: np.ndarray) -> Samples:
+    """`s` with the power lower bounds the fit under-predicts taken as measured powers
+    (else `s` itself). A mode measured well over the budget is cut short and only bounds
+    its power from below; left out of the fit, the power model never hears that it was
+    wrong where it was most wrong (Orin Nano, ResNet-18 training budgets 9-12-16-20 W in
+    turn: a model fitted on 9 W samples put 2 cores at 1 GHz 6 W low, and a budget
+    change's four picks all landed over the budget). A bound the fit already respects
+    stays out: it says nothing the fit does not know."""
+    short = ~s.power_ok & np.isfinite(s.power_min_w) & (s.power_min_w > predicted_w)
+    if not short.any():
+        return s
+    p = np.where(short, s.power_min_w, s.power_w)
+    return Samples(s.modes, s.time_ms, p, s.power_min_w)
+
+
 def fit_ridge(
     samples: Samples | tuple | Mapping[PowerMode, Measurement],
     reference: ReferenceModel,
@@ -786,7 +809,13 @@ def fit_ridge(
     s = Samples.coerce(samples)
     if len(s) == 0:
         raise ValueError("cannot fit a predictor without samples")
-    time_head, power_head, stats = fit_heads(reference.embed(s.modes), s, reference.meta, options)
+    e = reference.embed(s.modes)
+    time_head, power_head, stats = fit_heads(e, s, reference.meta, options)
+    lifted = with_power_floors(s, power_head.apply(e.power_y, e.power_h, s.modes))
+    if lifted is not s:
+        s = lifted
+        time_head, power_head, stats = fit_heads(e, s, reference.meta, options)
+        stats.extra["power_floors"] = int(np.sum(np.isfinite(s.power_min_w) & s.power_ok))
     tm, pm = reference.mlps()
     model = fitted_model(
         tm, pm, time_head, power_head, {"method": "ridge", "reference": reference.model_id}
@@ -901,6 +930,7 @@ def fit_workload(
     ridge = fit_ridge(s, reference, ridge_options)
     if method == "ridge":
         return ridge
+    s = ridge.samples  # with the power floors the ridge took as measured
     if min(ridge.stats.n_time, ridge.stats.n_power) < MIN_TORCH_SAMPLES:
         ridge.stats.fallback_reason = (
             f"{min(ridge.stats.n_time, ridge.stats.n_power)} usable samples, "

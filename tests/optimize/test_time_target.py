@@ -162,3 +162,25 @@ def test_powertrain_proposes_the_least_power_mode_predicted_to_meet_the_target(
     assert isinstance(nxt, Measure) and nxt.mode != here
     assert not all(a <= b for a, b in zip(nxt.mode.as_tuple(), here.as_tuple(), strict=True))
     assert nano.lookup(nxt.mode).time_ms <= target
+
+
+def test_a_window_cut_short_over_the_cap_rules_out_nothing_below_it(nano: Trace) -> None:
+    class Exact:
+        def predict(self, modes):
+            rows = [nano.lookup(PowerMode(*map(int, m))) for m in modes]
+            return np.array([r.time_ms for r in rows]), np.array([r.power_w for r in rows])
+
+    space = GridSpace.from_trace(nano)
+    target = float(np.median(nano.time_ms))
+    meets = nano.time_ms <= target
+    best = int(np.flatnonzero(meets)[np.argmin(nano.power_w[meets])])
+    # the top mode (every mode is at or below it), cut short over the cap after a slow
+    # first step: the least-power mode meeting the target is still proposed
+    top = space.max_mode()
+    own = {top: Measurement(top, 5 * target, 99.0, steps=1, aborted_over_budget=True)}
+    strategy = make_strategy("powertrain", space, predictor_factory=Exact)
+    assert isinstance(strategy.cheapest_meeting(target, 100.0, own, float("inf")), Fit)
+    strategy.on_fitted(Exact())
+    action = strategy.cheapest_meeting(target, 100.0, own, float("inf"))
+    assert isinstance(action, Measure) and action.mode == nano.rows[best].mode
+

@@ -145,14 +145,56 @@ def test_nan_time_is_used_for_power_only(reference, mobilenet) -> None:
     assert np.all(np.isfinite(fp.predict(mobilenet.modes_array)[0]))
 
 
-def test_from_measurements_drops_aborted(reference, mobilenet) -> None:
+def test_an_aborted_window_never_trains_time_and_bounds_power_from_below(
+    reference, mobilenet
+) -> None:
     rows = mobilenet.rows[:12]
     ms = {r.mode: Measurement(r.mode, r.time_ms, r.power_w, steps=5) for r in rows}
     m0 = PowerMode(*mobilenet.modes_array[100].tolist())
-    ms[m0] = Measurement(m0, math.nan, 60.0, aborted_over_budget=True)
-    fp = fit_workload(ms, reference, method="ridge")
+    plain = fit_workload(ms, reference, method="ridge")
+    (p_plain,) = plain.predict(np.array([m0.as_tuple()]))[1]
+    # A bound the fit already respects stays out of it.
+    low = dict(ms)
+    low[m0] = Measurement(m0, math.nan, p_plain - 3.0, aborted_over_budget=True)
+    fp = fit_workload(low, reference, method="ridge")
     assert fp.stats.n_time == 12 and fp.stats.n_power == 12
     assert len(fp.samples) == 13
+    # One the fit breaks is taken as measured: the power model learns where it was wrong.
+    high = dict(ms)
+    high[m0] = Measurement(m0, math.nan, p_plain + 10.0, aborted_over_budget=True)
+    fp = fit_workload(high, reference, method="ridge")
+    assert fp.stats.n_time == 12 and fp.stats.n_power == 13
+    assert fp.stats.extra["power_floors"] == 1
+    (p_high,) = fp.predict(np.array([m0.as_tuple()]))[1]
+    assert p_high > p_plain + 5.0, (p_plain, p_high)
+
+
+def test_power_floor_corrects_an_extrapolating_fit(reference, nano) -> None:
+    # Orin Nano, a 9 W first budget: every sample at 2 cores and a low CPU clock. The
+    # next budget's first pick (2 cores, 1036 MHz) ran 6 W over its prediction and was
+    # cut short; its neighbour one GPU step down must not be predicted as cheap again.
+    low = [
+        (2, 268800, 306000000, 665600000),
+        (2, 422400, 306000000, 665600000),
+        (2, 268800, 306000000, 2133000000),
+        (2, 268800, 510000000, 665600000),
+        (2, 268800, 510000000, 2133000000),
+        (2, 268800, 624750000, 665600000),
+        (2, 268800, 624750000, 2133000000),
+        (4, 268800, 306000000, 665600000),
+    ]
+    ms = {}
+    for t in low:
+        r = nano.lookup(PowerMode(*t))
+        ms[r.mode] = Measurement(r.mode, r.time_ms, r.power_w, steps=10)
+    over = nano.lookup(PowerMode(2, 1036800, 624750000, 2133000000))
+    nb = nano.lookup(PowerMode(2, 1036800, 510000000, 2133000000))
+    at = np.array([nb.mode.as_tuple()])
+    (before,) = fit_workload(ms, reference, method="ridge").predict(at)[1]
+    ms[over.mode] = Measurement(over.mode, math.nan, over.power_w, aborted_over_budget=True)
+    (after,) = fit_workload(ms, reference, method="ridge").predict(at)[1]
+    assert before < nb.power_w - 3.0  # the situation: a fit far too low out there
+    assert abs(after - nb.power_w) < 1.5, (before, after, nb.power_w)
 
 
 @pytest.mark.parametrize("k", [1, 2, 3])

@@ -1,0 +1,59 @@
+"""Budget changes upwards from a low first budget, replayed over many noise draws with the
+daemon's own model (bundled reference, ridge refit): the hard case for a change's four
+modes, since every sample the model has sits at the bottom of the power range.
+
+A single run through the daemon (tests/test_e2e_budgets.py) is one noise draw; here the
+same sweep is replayed deterministically over 40 draws, so a change in how often a
+change's picks go wrong shows up as a count."""
+
+from __future__ import annotations
+
+import pytest
+
+from powerd.optimize import make_strategy
+from powerd.predictor import ReferenceModel, fit_workload
+from powerd.sim.trace import Trace
+from powerd_replay.training import GridSpace, NoiseModel, replay_sweep
+
+SEEDS = range(40)
+BUDGETS = [9.0, 12.0, 16.0, 20.0]  # Orin Nano, as tests/test_e2e_budgets.py sweeps it
+
+
+@pytest.fixture(scope="module")
+def nano_sweeps(nano: Trace):
+    ref = ReferenceModel.load()
+    space = GridSpace.from_trace(nano)
+
+    def fitter(samples):
+        return fit_workload(samples, ref, method="ridge")
+
+    return [
+        replay_sweep(
+            lambda: make_strategy("powertrain", space, predictor_factory=lambda: ref),
+            nano,
+            BUDGETS,
+            fitter=fitter,
+            noise=NoiseModel(seed=seed),
+        )
+        for seed in SEEDS
+    ]
+
+
+def test_no_change_pins_a_mode_over_its_budget(nano_sweeps) -> None:
+    for sweep in nano_sweeps:
+        for row in sweep.rows:
+            assert row.power_w <= row.budget_w + 0.5, row
+            assert row.new_probes <= (50 if row.budget_w == BUDGETS[0] else 4), row
+
+
+def test_changes_rarely_land_far_from_the_best_mode(nano_sweeps) -> None:
+    # Measured: 2 of these 40 draws put a budget over 1.6x the best mode's step time
+    # (5 of 40 before aborted windows bounded the power fit); 18 of 200 draws, worst
+    # 1.92x. The four modes of a change cannot always undo a model fitted on 9 W samples
+    # that never moved the GPU clock (README "How well it decides").
+    far = [s for s in nano_sweeps if any(r.penalty > 0.6 for r in s.rows)]
+    assert len(far) <= 3, [[(r.budget_w, round(r.penalty, 2)) for r in s.rows] for s in far]
+    worst = max(r.penalty for s in nano_sweeps for r in s.rows)
+    assert worst < 1.0, worst
+    mean = sum(r.penalty for s in nano_sweeps for r in s.rows) / (4 * len(nano_sweeps))
+    assert mean < 0.15, mean
