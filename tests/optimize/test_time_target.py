@@ -135,10 +135,10 @@ def test_proposals_stop_after_verify_measurements_and_only_measured_times_count(
     assert commit.mode == PowerMode(4, 1, 4, 4) and all(m in samples for m in slow)
 
 
-def test_powertrain_proposes_the_least_power_mode_predicted_to_meet_the_target(
-    nano: Trace,
-) -> None:
-    class Exact:  # the trace itself as the model
+def _exact_setup(nano: Trace):
+    """(space, a median target, the least-power row meeting it, the trace as the model)."""
+
+    class Exact:
         def predict(self, modes):
             rows = [nano.lookup(PowerMode(*map(int, m))) for m in modes]
             return np.array([r.time_ms for r in rows]), np.array([r.power_w for r in rows])
@@ -147,6 +147,13 @@ def test_powertrain_proposes_the_least_power_mode_predicted_to_meet_the_target(
     target = float(np.median(nano.time_ms))
     meets = nano.time_ms <= target
     best = int(np.flatnonzero(meets)[np.argmin(nano.power_w[meets])])
+    return space, target, best, Exact
+
+
+def test_powertrain_proposes_the_least_power_mode_predicted_to_meet_the_target(
+    nano: Trace,
+) -> None:
+    space, target, best, Exact = _exact_setup(nano)
     strategy = make_strategy("powertrain", space, predictor_factory=Exact)
     action = strategy.cheapest_meeting(target, 100.0, {}, float("inf"))
     assert isinstance(action, Measure) and action.mode == nano.rows[best].mode
@@ -165,15 +172,7 @@ def test_powertrain_proposes_the_least_power_mode_predicted_to_meet_the_target(
 
 
 def test_a_window_cut_short_over_the_cap_rules_out_nothing_below_it(nano: Trace) -> None:
-    class Exact:
-        def predict(self, modes):
-            rows = [nano.lookup(PowerMode(*map(int, m))) for m in modes]
-            return np.array([r.time_ms for r in rows]), np.array([r.power_w for r in rows])
-
-    space = GridSpace.from_trace(nano)
-    target = float(np.median(nano.time_ms))
-    meets = nano.time_ms <= target
-    best = int(np.flatnonzero(meets)[np.argmin(nano.power_w[meets])])
+    space, target, best, Exact = _exact_setup(nano)
     # the top mode (every mode is at or below it), cut short over the cap after a slow
     # first step: the least-power mode meeting the target is still proposed
     top = space.max_mode()
@@ -183,4 +182,3 @@ def test_a_window_cut_short_over_the_cap_rules_out_nothing_below_it(nano: Trace)
     strategy.on_fitted(Exact())
     action = strategy.cheapest_meeting(target, 100.0, own, float("inf"))
     assert isinstance(action, Measure) and action.mode == nano.rows[best].mode
-
