@@ -656,13 +656,15 @@ def fit_heads(
     s: Samples,
     reference_meta: dict[str, Any],
     options: RidgeOptions | None = None,
-) -> tuple[Head, Head, FitStats]:
+) -> tuple[Head, Head, FitStats, Samples]:
     """The ridge refit proper, on the reference's outputs `e` for the sample modes (rows of
     `e` match `s`). Separate from :func:`fit_ridge` so that an evaluation that refits many
-    times over one mode space can embed every mode once."""
+    times over one mode space can embed every mode once. Returns the heads, their stats
+    and the samples the power head was fitted to (`s` with the power floors it broke
+    taken as measured, see :func:`with_power_floors`)."""
     opts = options or RidgeOptions()
     scaler = reference_meta["models"]
-    ti, pi = np.flatnonzero(s.time_ok), np.flatnonzero(s.power_ok)
+    ti = np.flatnonzero(s.time_ok)
     t_target = np.log(s.time_ms[ti])
     t_scale = np.asarray(scaler["time"]["embed_std"])
     if opts.time_model not in ("physical", "reference", "auto"):
@@ -736,25 +738,36 @@ def fit_heads(
     time_head, lam_t, _, keep_t = best
     loo_t = honest(best)
 
-    p_target = np.log(s.power_w[pi]) if opts.power_log else s.power_w[pi]
     p_scale = np.asarray(scaler["power"]["embed_std"])
-
-    def fit_power(m: np.ndarray) -> tuple[Head, float | None, np.ndarray]:
-        r = pi[m]
-        return ridge_head(
-            e.power_y[r],
-            e.power_h[r],
-            p_target[m],
-            p_scale,
-            use_ref=opts.power_ref,
-            ref_transform="log" if opts.power_log else "identity",
-            out_transform="exp" if opts.power_log else "identity",
-            options=opts,
-            min_lambda=opts.power_min_lambda,
-        )
-
     p_floor = 0.05 if opts.power_log else opts.power_floor
-    power_head, lam_p, loo_p, keep_p = _trimmed(fit_power, len(pi), p_floor, opts)
+
+    def fit_power_head(sp: Samples):
+        """(power sample rows, their targets, the trimmed power fit) of samples `sp`."""
+        rows = np.flatnonzero(sp.power_ok)
+        target = np.log(sp.power_w[rows]) if opts.power_log else sp.power_w[rows]
+
+        def fit_power(m: np.ndarray) -> tuple[Head, float | None, np.ndarray]:
+            r = rows[m]
+            return ridge_head(
+                e.power_y[r],
+                e.power_h[r],
+                target[m],
+                p_scale,
+                use_ref=opts.power_ref,
+                ref_transform="log" if opts.power_log else "identity",
+                out_transform="exp" if opts.power_log else "identity",
+                options=opts,
+                min_lambda=opts.power_min_lambda,
+            )
+
+        return rows, target, _trimmed(fit_power, len(rows), p_floor, opts)
+
+    pi, p_target, (power_head, lam_p, loo_p, keep_p) = fit_power_head(s)
+    # Only the power head sees the floors (an aborted window has no time): refit it alone.
+    lifted = with_power_floors(s, power_head.apply(e.power_y, e.power_h, s.modes))
+    if lifted is not s:
+        s = lifted
+        pi, p_target, (power_head, lam_p, loo_p, keep_p) = fit_power_head(s)
     stats = FitStats(
         n_time=int(keep_t.sum()),
         n_power=int(keep_p.sum()),
@@ -781,7 +794,10 @@ def fit_heads(
         d_p = loo_distances(log_coords(s.modes[pi[keep_p]]))
         stats.power_halfwidth_rel = conformal_halfwidth(np.log(true_p / np.maximum(pred, 1e-3)))
         stats.power_reach = _reach(d_p)
-    return time_head, power_head, stats
+    floors = int(np.sum(np.isfinite(s.power_min_w) & s.power_ok))
+    if floors:
+        stats.extra["power_floors"] = floors
+    return time_head, power_head, stats, s
 
 
 def with_power_floors(s: Samples, predicted_w: np.ndarray) -> Samples:
@@ -809,13 +825,9 @@ def fit_ridge(
     s = Samples.coerce(samples)
     if len(s) == 0:
         raise ValueError("cannot fit a predictor without samples")
-    e = reference.embed(s.modes)
-    time_head, power_head, stats = fit_heads(e, s, reference.meta, options)
-    lifted = with_power_floors(s, power_head.apply(e.power_y, e.power_h, s.modes))
-    if lifted is not s:
-        s = lifted
-        time_head, power_head, stats = fit_heads(e, s, reference.meta, options)
-        stats.extra["power_floors"] = int(np.sum(np.isfinite(s.power_min_w) & s.power_ok))
+    time_head, power_head, stats, s = fit_heads(
+        reference.embed(s.modes), s, reference.meta, options
+    )
     tm, pm = reference.mlps()
     model = fitted_model(
         tm, pm, time_head, power_head, {"method": "ridge", "reference": reference.model_id}
