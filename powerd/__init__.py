@@ -1,5 +1,7 @@
 """powerd: pick the fastest Jetson power mode under a power budget, while your job trains.
 
+In a training script:
+
     import powerd
     with powerd.request(budget_w=20, workload="resnet18-imagenet-bs16") as job:
         for batch in loader:

@@ -113,7 +113,7 @@ def _strategy_problem(cfg: Any) -> str | None:
 
         ReferenceModel.load()
     except Exception as exc:  # noqa: BLE001 - any reason (missing files, no onnxruntime) stops start-up
-        return f"{exc} (or set [strategy] name = \"binary-search\")"
+        return f'{exc} (or set [strategy] name = "binary-search")'
     return None
 
 

@@ -407,7 +407,7 @@ class Job:
 
     @property
     def objective(self) -> str:
-        """"power_budget" (the fastest mode within the budget) or "step_time" (the
+        """Either "power_budget" (the fastest mode within the budget) or "step_time" (the
         lowest-power mode meeting `step_time_ms`)."""
         return self._state.objective
 
@@ -922,8 +922,6 @@ class _NoopBatch:
 
     def __exit__(self, *exc: object) -> None:
         pass
-
-
 
 
 def request(

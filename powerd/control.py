@@ -308,8 +308,11 @@ class ControlLoop:
         changes = self.device.external_changes()
         if not changes:
             if self._fight is not None and now - self._fight_t > REAPPLY_QUIET_S:
-                log.info("no external rewrite for %g s: checking every %g s again",
-                         REAPPLY_QUIET_S, EXTERNAL_CHECK_S)
+                log.info(
+                    "no external rewrite for %g s: checking every %g s again",
+                    REAPPLY_QUIET_S,
+                    EXTERNAL_CHECK_S,
+                )
                 self._fight, self._external_every = None, EXTERNAL_CHECK_S
             return
         writers = running_writers(self.device.board.root)
@@ -329,7 +332,7 @@ class ControlLoop:
             return
         why = (
             f"another tool changed values powerd had pinned ({what}; {who}): powerd gave "
-            "the board up ([device] on_external_change = \"yield\") and takes it again "
+            'the board up ([device] on_external_change = "yield") and takes it again '
             "on the next register or set_budget"
         )
         log.warning("%s", why)
@@ -370,7 +373,10 @@ class ControlLoop:
                     "another tool keeps rewriting pinned values (round %d; now %s): powerd "
                     "writes mode %s again and checks every %g s; stop the other tool or set "
                     '[device] on_external_change = "yield"',
-                    rounds, what, mode, self._external_every,
+                    rounds,
+                    what,
+                    mode,
+                    self._external_every,
                 )
         self._fight_t = now
         self.device.reapply()
@@ -567,7 +573,10 @@ class ControlLoop:
             }
         for name, (_, n, sizes) in self._inference_catalogue.items():
             out.setdefault(name, {})["inference"] = {
-                "stored": True, "pairs_profiled": n, "batch_sizes": sizes, "fitted": n > 0,
+                "stored": True,
+                "pairs_profiled": n,
+                "batch_sizes": sizes,
+                "fitted": n > 0,
             }
         for name, pairs in self.inference_samples.in_memory().items():
             n = sum(1 for m in pairs.values() if math.isfinite(m.power_w))
@@ -674,12 +683,12 @@ class ControlLoop:
         from powerd.optimize.inference import latency_power_front
 
         if req.rate_hz is None:
-            return p.Error(
-                id=msg_id, code="bad_request", message="--kind inference needs --rate R"
-            )
+            return p.Error(id=msg_id, code="bad_request", message="--kind inference needs --rate R")
         samples = self.inference_samples.of(req.workload, True)
-        sizes = req.batch_sizes or sorted({m.batch_size for m in samples}) or list(
-            self.inference_settings.batch_sizes
+        sizes = (
+            req.batch_sizes
+            or sorted({m.batch_size for m in samples})
+            or list(self.inference_settings.batch_sizes)
         )
         model = self.pair_fitter()(samples)
         front = latency_power_front(model, self.device.space.as_array(), sizes, req.rate_hz)

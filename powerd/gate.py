@@ -209,6 +209,7 @@ class GpuGate:
 
 # ---- the fast path's flag ---------------------------------------------------------------------
 
+
 class GateFlag:
     """The daemon's side of the fast path: a small file next to the gate socket, mapped
     shared, that training clients map read-only (see the module doc)."""

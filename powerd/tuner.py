@@ -291,7 +291,10 @@ class Tuner:
             self._refine_done = True
             log.info(
                 "%s at %g W: nothing more to measure after the commit (%d measured, room %d)",
-                self.workload.name, self.budget_w, self.refined, room,
+                self.workload.name,
+                self.budget_w,
+                self.refined,
+                room,
             )
             return False
         if not self._switch(action.mode):
@@ -301,7 +304,11 @@ class Tuner:
         self._refining = True
         log.info(
             "%s at %g W: measuring %s after the commit (%d so far, room %d)",
-            self.workload.name, self.budget_w, action.mode, self.refined, room - 1,
+            self.workload.name,
+            self.budget_w,
+            action.mode,
+            self.refined,
+            room - 1,
         )
         self.message = f"measuring a candidate mode while tuned ({self.refined} so far)"
         training = self.workload.kind == "training"

@@ -23,7 +23,6 @@ from powerd.sim.trace import Trace
 TS = 0.03
 
 
-
 @pytest.fixture
 def board(trace: Trace) -> Iterator[EmulatedBoard]:
     with EmulatedBoard("orin-agx", trace, time_scale=TS, strategy="binary-search") as b:

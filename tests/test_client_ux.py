@@ -24,7 +24,6 @@ TS = 0.03
 REPO = Path(__file__).resolve().parents[1]
 
 
-
 @pytest.fixture
 def board(trace: Trace) -> Iterator[EmulatedBoard]:
     with EmulatedBoard("orin-agx", trace, time_scale=TS, strategy="binary-search") as b:

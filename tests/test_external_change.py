@@ -27,7 +27,6 @@ from powerd.sim.trace import Trace
 TS = 0.03
 
 
-
 def _board(trace: Trace, policy: str) -> EmulatedBoard:
     return EmulatedBoard(
         "orin-agx",
@@ -131,8 +130,10 @@ def test_reapply_puts_the_pinned_mode_back_and_logs_what_changed(
         assert {c["found"] for c in changes} == {str(other)}
         assert "unknown process" in faults[0]["message"]  # sysfs cannot say who wrote it
         wait_for(
-            lambda: (gpu / "max_freq").read_text().strip() == str(mode.gpu_hz)
-            and (gpu / "min_freq").read_text().strip() == str(mode.gpu_hz),
+            lambda: (
+                (gpu / "max_freq").read_text().strip() == str(mode.gpu_hz)
+                and (gpu / "min_freq").read_text().strip() == str(mode.gpu_hz)
+            ),
             5,
             "the pinned GPU window to be written again",
             board,
@@ -166,8 +167,10 @@ def test_reapply_backs_off_from_a_tool_that_keeps_rewriting(
             _other_tool_writes(gpu, mode.gpu_hz)
             t0 = time.monotonic()
             wait_for(
-                lambda: (gpu / "max_freq").read_text().strip() == pinned
-                and (gpu / "min_freq").read_text().strip() == pinned,
+                lambda: (
+                    (gpu / "max_freq").read_text().strip() == pinned
+                    and (gpu / "min_freq").read_text().strip() == pinned
+                ),
                 30,
                 "the pinned GPU window to be written again",
                 board,
@@ -252,8 +255,14 @@ def test_status_shows_jtop_nvpmodel_and_baseline(reapply_board: EmulatedBoard) -
 
 def _powerctl(board: EmulatedBoard, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-c", "import sys; from powerd.cli import ctl_main; "
-         "sys.exit(ctl_main(sys.argv[1:]))", "--config", str(board.config_path), *args],
+        [
+            sys.executable,
+            "-c",
+            "import sys; from powerd.cli import ctl_main; sys.exit(ctl_main(sys.argv[1:]))",
+            "--config",
+            str(board.config_path),
+            *args,
+        ],
         capture_output=True,
         text=True,
         timeout=60,

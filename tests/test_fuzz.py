@@ -32,7 +32,6 @@ SENTINEL_ID = 7_000_000_000
 WORKLOADS = ["fuzz-a", "fuzz-b", None]
 
 
-
 @pytest.fixture
 def board(trace: Trace) -> Iterator[EmulatedBoard]:
     # the per-connection rate limit would answer most of a burst "rate_limited" (id 0, before
@@ -147,10 +146,7 @@ class Hostile:
             return b'{"a":' * depth + b"1" + b"}" * depth
         if shape == 2:  # nesting inside a plausible request
             return (
-                b'{"v": 1, "type": "steps", "job": "x", "t": '
-                + b"[" * depth
-                + b"]" * depth
-                + b"}"
+                b'{"v": 1, "type": "steps", "job": "x", "t": ' + b"[" * depth + b"]" * depth + b"}"
             )
         return b"[" * depth  # never closed
 

@@ -28,13 +28,21 @@ def test_no_target_and_no_queue_that_drains_is_reported_not_a_crash(batches) -> 
     shm = "/dev/shm" if os.path.isdir("/dev/shm") else None
     with tempfile.TemporaryDirectory(prefix="powerd-noL-", dir=shm) as d:
         eb = EmulatedBoard(
-            "orin-agx", batches[4], time_scale=SCALE, workdir=d,
+            "orin-agx",
+            batches[4],
+            time_scale=SCALE,
+            workdir=d,
             config={"inference": {"max_pairs": 3}, "profiling": {"min_steps": 3}},
         )
         with eb:
             gpu = Gpu(eb.emulator, idle_power(batches[4]), time_scale=SCALE)
             with InferenceClient(
-                gpu, batches, RATE, budget_w=BUDGET, latency_ms=None, workload="flood",
+                gpu,
+                batches,
+                RATE,
+                budget_w=BUDGET,
+                latency_ms=None,
+                workload="flood",
                 endpoint=eb.endpoint,
             ) as client:
                 seen: dict = {}

@@ -76,7 +76,12 @@ def _status_when(eb: EmulatedBoard, job_id: str, cond, timeout_s: float) -> dict
 def test_a_drifting_arrival_rate_re_solves_without_new_profiling(board, batches) -> None:
     eb, gpu = board
     with InferenceClient(
-        gpu, batches, RATE, budget_w=BUDGET, latency_ms=LATENCY, workload="drifting",
+        gpu,
+        batches,
+        RATE,
+        budget_w=BUDGET,
+        latency_ms=LATENCY,
+        workload="drifting",
         endpoint=eb.endpoint,
     ) as client:
         tuned = _status_when(eb, client.job_id, lambda j: j["phase"] == "tuned", 60)

@@ -28,7 +28,6 @@ JOB_SCRIPT = textwrap.dedent("""
 """)
 
 
-
 @pytest.fixture
 def board(trace):
     with EmulatedBoard("orin-agx", trace, time_scale=TS, strategy="binary-search") as b:

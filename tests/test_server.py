@@ -22,7 +22,6 @@ TS = 0.03  # emulated step times are 3% of the trace's
 MOBILENET = TRACE_DIR / "orin_agx_mobilenetv3_gld23k_train.csv"
 
 
-
 @pytest.fixture
 def board(trace):
     with EmulatedBoard("orin-agx", trace, time_scale=TS, strategy="binary-search") as b:

@@ -18,7 +18,6 @@ from powerd.sim.tree import build_tree
 TS = 0.03
 
 
-
 class InProcess:
     """An emulated board and `Daemon` + `Server` running on threads of this process."""
 

@@ -108,8 +108,23 @@ def test_inference_alone_serves_a_measured_feasible_pair_then_re_solves_a_rate_c
     # powerctl pareto --kind inference --rate R: the front per batch size, from the pairs
     monkeypatch.setenv("POWERD_ENDPOINT", eb.endpoint)
     capsys.readouterr()
-    assert _ctl(["pareto", "--workload", "emulated-inference", "--kind", "inference",
-                 "--rate", "50", "--batch-sizes", "1,4,16", "--json"]) == 0
+    assert (
+        _ctl(
+            [
+                "pareto",
+                "--workload",
+                "emulated-inference",
+                "--kind",
+                "inference",
+                "--rate",
+                "50",
+                "--batch-sizes",
+                "1,4,16",
+                "--json",
+            ]
+        )
+        == 0
+    )
     rows = json.loads(capsys.readouterr().out)
     assert {r["batch_size"] for r in rows} == {1, 4, 16}  # 1 was never measured: the prior
     for b in (1, 4, 16):
@@ -123,9 +138,7 @@ def test_inference_alone_serves_a_measured_feasible_pair_then_re_solves_a_rate_c
     assert knob_snapshot(eb.root) == before
 
 
-def test_infeasible_latency_is_reported_with_the_best_latency_within_budget(
-    board, batches
-) -> None:
+def test_infeasible_latency_is_reported_with_the_best_latency_within_budget(board, batches) -> None:
     eb, gpu = board
     seen: dict = {}
     run = run_inference_job(
@@ -205,9 +218,17 @@ def test_two_inference_jobs_are_served_at_once_with_both_latency_targets_met(
             target=lambda n=n, r=r: runs.setdefault(
                 n,
                 run_inference_job(
-                    gpu, served, r, duration_s=85, budget_w=BUDGET, latency_ms=targets[n],
-                    workload=f"resnet-{n}", endpoint=eb.endpoint, wall_clock_goal=True,
-                    seed=ord(n), on_batch=watch(n),
+                    gpu,
+                    served,
+                    r,
+                    duration_s=85,
+                    budget_w=BUDGET,
+                    latency_ms=targets[n],
+                    workload=f"resnet-{n}",
+                    endpoint=eb.endpoint,
+                    wall_clock_goal=True,
+                    seed=ord(n),
+                    on_batch=watch(n),
                 ),
             )
         )
@@ -226,7 +247,7 @@ def test_two_inference_jobs_are_served_at_once_with_both_latency_targets_met(
     for n in ("a", "b"):
         run = runs[n]
         assert run.feasible is True and n in marks, eb.log_tail()
-        after = run.latencies_ms[marks[n]:]
+        after = run.latencies_ms[marks[n] :]
         assert len(after) >= 10
         # the client-measured p99 meets the target (5 % tolerance)
         assert _p99(after) <= targets[n] * 1.05, (n, _p99(after))
@@ -256,12 +277,14 @@ def _shared_status(eb):
     return None
 
 
-def test_an_inference_job_that_never_runs_batches_does_not_hold_up_another(
-    board, batches
-) -> None:
+def test_an_inference_job_that_never_runs_batches_does_not_hold_up_another(board, batches) -> None:
     eb, gpu = board
     with powerd.request(
-        kind="inference", budget_w=BUDGET, rate_hz=50.0, latency_ms=200, endpoint=eb.endpoint,
+        kind="inference",
+        budget_w=BUDGET,
+        rate_hz=50.0,
+        latency_ms=200,
+        endpoint=eb.endpoint,
         workload="silent",
     ) as silent:
         seen: dict = {}
@@ -271,8 +294,15 @@ def test_an_inference_job_that_never_runs_batches_does_not_hold_up_another(
                 seen.setdefault("tuned", len(run.latencies_ms))
 
         run = run_inference_job(
-            gpu, _served(batches), 10.0, duration_s=85, budget_w=BUDGET, latency_ms=4000.0,
-            endpoint=eb.endpoint, wall_clock_goal=True, on_batch=on_batch,
+            gpu,
+            _served(batches),
+            10.0,
+            duration_s=85,
+            budget_w=BUDGET,
+            latency_ms=4000.0,
+            endpoint=eb.endpoint,
+            wall_clock_goal=True,
+            on_batch=on_batch,
         )
         assert "tuned" in seen, eb.log_tail()
         assert run.feasible is True

@@ -104,8 +104,16 @@ class _Trainer:
         def target() -> None:
             try:
                 run_training_job(
-                    eb.root, trace, BUDGET, "mobilenet", SCALE, endpoint=eb.endpoint,
-                    stay_tuned_s=1000, max_s=max_s, gpu=gpu, on_step=hook,
+                    eb.root,
+                    trace,
+                    BUDGET,
+                    "mobilenet",
+                    SCALE,
+                    endpoint=eb.endpoint,
+                    stay_tuned_s=1000,
+                    max_s=max_s,
+                    gpu=gpu,
+                    on_step=hook,
                 )
             except _Stop:
                 pass
@@ -135,8 +143,15 @@ def test_training_then_inference_joins_and_leaves_first(board, batches, train_tr
             seen["st"] = eb.status()
 
     run = run_inference_job(
-        gpu, batches, 10.0, duration_s=70, budget_w=BUDGET, latency_ms=3000,
-        endpoint=eb.endpoint, wall_clock_goal=True, on_batch=on_batch,
+        gpu,
+        batches,
+        10.0,
+        duration_s=70,
+        budget_w=BUDGET,
+        latency_ms=3000,
+        endpoint=eb.endpoint,
+        wall_clock_goal=True,
+        on_batch=on_batch,
     )
     left = time.monotonic()
     assert "st" in seen, eb.log_tail()
@@ -180,8 +195,15 @@ def test_inference_then_training_joins_and_leaves_first(board, batches, train_tr
                 target=lambda: out.setdefault(
                     "run",
                     run_training_job(
-                        eb.root, train_trace, BUDGET, "mobilenet", SCALE,
-                        endpoint=eb.endpoint, stay_tuned_s=1000, max_s=5, gpu=gpu,
+                        eb.root,
+                        train_trace,
+                        BUDGET,
+                        "mobilenet",
+                        SCALE,
+                        endpoint=eb.endpoint,
+                        stay_tuned_s=1000,
+                        max_s=5,
+                        gpu=gpu,
                     ),
                 )
             )
@@ -192,12 +214,22 @@ def test_inference_then_training_joins_and_leaves_first(board, batches, train_tr
             state["marker"] = eb.daemon_log.read_text().count("\n")
         if "left" in state and "back" not in state:
             if eb.status()["planner"] == "inference" and inf.phase == "tuned":
-                state["back"] = (time.monotonic() - state["left"], eb.status()["mode"],
-                                 inf.batch_size)
+                state["back"] = (
+                    time.monotonic() - state["left"],
+                    eb.status()["mode"],
+                    inf.batch_size,
+                )
 
     run = run_inference_job(
-        gpu, batches, 10.0, duration_s=75, budget_w=BUDGET, latency_ms=3000,
-        endpoint=eb.endpoint, wall_clock_goal=True, on_batch=on_batch,
+        gpu,
+        batches,
+        10.0,
+        duration_s=75,
+        budget_w=BUDGET,
+        latency_ms=3000,
+        endpoint=eb.endpoint,
+        wall_clock_goal=True,
+        on_batch=on_batch,
     )
     assert "trainer" in state, eb.log_tail()
     state["trainer"].join()
@@ -210,7 +242,7 @@ def test_inference_then_training_joins_and_leaves_first(board, batches, train_tr
     from powerd.modes import PowerMode
 
     assert batches[b].lookup(PowerMode(**mode)).power_w <= BUDGET + 0.5
-    lines = eb.daemon_log.read_text().splitlines()[state["marker"]:]
+    lines = eb.daemon_log.read_text().splitlines()[state["marker"] :]
     assert not [ln for ln in lines if re.search(r"measured .* b=\d+", ln)]
     assert run.feasible is True
     assert first_true(lambda: knob_snapshot(eb.root) == before, 8)
@@ -233,12 +265,18 @@ def test_a_client_dying_while_it_holds_the_gpu_blocks_the_other_at_most_a_heartb
 ) -> None:
     eb, _ = board
     inf = powerd.request(
-        kind="inference", budget_w=BUDGET, rate_hz=50.0, latency_ms=2000,
-        endpoint=eb.endpoint, batch_sizes=(1, 4),
+        kind="inference",
+        budget_w=BUDGET,
+        rate_hz=50.0,
+        latency_ms=2000,
+        endpoint=eb.endpoint,
+        batch_sizes=(1, 4),
     )
     env = dict(os.environ, PYTHONPATH=os.getcwd())
     proc = subprocess.Popen(
-        [sys.executable, "-c", _DYING_TRAINER, eb.endpoint], stdout=subprocess.PIPE, env=env,
+        [sys.executable, "-c", _DYING_TRAINER, eb.endpoint],
+        stdout=subprocess.PIPE,
+        env=env,
         text=True,
     )
     try:
@@ -278,8 +316,15 @@ def test_training_then_inference_and_training_leaves_first(board, batches, train
                 state["alone"] = time.monotonic()
 
     run = run_inference_job(
-        gpu, batches, 10.0, duration_s=65, budget_w=BUDGET, latency_ms=3000,
-        endpoint=eb.endpoint, wall_clock_goal=True, on_batch=on_batch,
+        gpu,
+        batches,
+        10.0,
+        duration_s=65,
+        budget_w=BUDGET,
+        latency_ms=3000,
+        endpoint=eb.endpoint,
+        wall_clock_goal=True,
+        on_batch=on_batch,
     )
     trainer.thread.join()
     assert state.get("managed"), eb.log_tail()
@@ -297,8 +342,14 @@ def test_inference_then_training_and_inference_leaves_first(board, batches, trai
         target=lambda: out.setdefault(
             "inf",
             run_inference_job(
-                gpu, batches, 10.0, duration_s=40, budget_w=BUDGET, latency_ms=3000,
-                endpoint=eb.endpoint, wall_clock_goal=True,
+                gpu,
+                batches,
+                10.0,
+                duration_s=40,
+                budget_w=BUDGET,
+                latency_ms=3000,
+                endpoint=eb.endpoint,
+                wall_clock_goal=True,
             ),
         )
     )
@@ -338,18 +389,25 @@ def _seed(eb, batches, names, train=None, every: int = 12) -> None:
     store = Store(eb.state_dir)
     modes = sorted({r.mode for r in batches[4].rows})[::every]
     if train is not None:  # every mode: the training search has nothing left to measure
-        store.save_samples(key, "mobilenet", {
-            r.mode: Measurement(r.mode, r.time_ms * SCALE, r.power_w, 20) for r in train.rows
-        })
+        store.save_samples(
+            key,
+            "mobilenet",
+            {r.mode: Measurement(r.mode, r.time_ms * SCALE, r.power_w, 20) for r in train.rows},
+        )
     rows = []
     for mode in modes:
         for b in (4, 16):
             row = batches[b].lookup(mode)
-            rows.append({
-                **mode.as_dict(), "batch_size": b, "batch_ms": row.time_ms * SCALE,
-                "batch_p99_ms": row.time_ms * SCALE * 1.05, "power_w": row.power_w,
-                "batches": 20,
-            })
+            rows.append(
+                {
+                    **mode.as_dict(),
+                    "batch_size": b,
+                    "batch_ms": row.time_ms * SCALE,
+                    "batch_p99_ms": row.time_ms * SCALE * 1.05,
+                    "power_w": row.power_w,
+                    "batches": 20,
+                }
+            )
     for name in names:
         d = store.workload_dir(key, name)
         d.mkdir(parents=True, exist_ok=True)
@@ -375,8 +433,16 @@ def test_two_inference_jobs_then_training_joins_and_leaves_first(board, batches,
             target=lambda n=n, r=r: runs.setdefault(
                 n,
                 run_inference_job(
-                    gpu, served, r, duration_s=70, budget_w=BUDGET, latency_ms=5000,
-                    workload=f"inf-{n}", endpoint=eb.endpoint, wall_clock_goal=True, seed=n,
+                    gpu,
+                    served,
+                    r,
+                    duration_s=70,
+                    budget_w=BUDGET,
+                    latency_ms=5000,
+                    workload=f"inf-{n}",
+                    endpoint=eb.endpoint,
+                    wall_clock_goal=True,
+                    seed=n,
                 ),
             )
         )
@@ -397,8 +463,16 @@ def test_two_inference_jobs_then_training_joins_and_leaves_first(board, batches,
             seen.setdefault("three", d)
 
     tr = run_training_job(
-        eb.root, train_trace, BUDGET, "mobilenet", SCALE, endpoint=eb.endpoint,
-        stay_tuned_s=1.5, max_s=10, gpu=gpu, on_step=on_step,
+        eb.root,
+        train_trace,
+        BUDGET,
+        "mobilenet",
+        SCALE,
+        endpoint=eb.endpoint,
+        stay_tuned_s=1.5,
+        max_s=10,
+        gpu=gpu,
+        on_step=on_step,
     )
     assert "three" in seen, eb.log_tail()
     three = seen["three"]
@@ -407,9 +481,14 @@ def test_two_inference_jobs_then_training_joins_and_leaves_first(board, batches,
     assert tr.steps > 0
     # the training job left first: the two inference jobs share the GPU again, re-solved from
     # what is measured (no inference pair measured after the training job left)
-    back = first_true(lambda: eb.status()["planner"] == "inference"
-                 and _tuner(eb).get("state") == "tuned"
-                 and len(_tuner(eb).get("jobs") or []) == 2, 6)
+    back = first_true(
+        lambda: (
+            eb.status()["planner"] == "inference"
+            and _tuner(eb).get("state") == "tuned"
+            and len(_tuner(eb).get("jobs") or []) == 2
+        ),
+        6,
+    )
     assert back, eb.log_tail()
     left_at = eb.daemon_log.read_text().splitlines()[marker:]
     i = next(k for k, ln in enumerate(left_at) if "ended: closed" in ln)
@@ -461,8 +540,12 @@ def _spawn(script: str, endpoint: str) -> subprocess.Popen:
 def test_a_training_job_pausing_while_it_holds_the_gpu_delays_a_batch_a_few_steps(board):
     eb, _ = board
     inf = powerd.request(
-        kind="inference", budget_w=BUDGET, rate_hz=50.0, latency_ms=2000,
-        endpoint=eb.endpoint, batch_sizes=(1, 4),
+        kind="inference",
+        budget_w=BUDGET,
+        rate_hz=50.0,
+        latency_ms=2000,
+        endpoint=eb.endpoint,
+        batch_sizes=(1, 4),
     )
     proc = _spawn(_PAUSING_TRAINER, eb.endpoint)
     try:
@@ -495,7 +578,7 @@ def test_an_inference_client_killed_inside_a_batch_blocks_training_at_most_a_hea
     job = powerd.request(budget_w=BUDGET, workload="waiting-trainer", endpoint=eb.endpoint)
     proc = _spawn(_HANGING_BATCH, eb.endpoint)
     try:
-        assert first_true(lambda: (job.step() or job._state.gate == "managed"), 10)
+        assert first_true(lambda: job.step() or job._state.gate == "managed", 10)
         for line in proc.stdout:  # type: ignore[union-attr]
             if line.strip() == "inside":
                 break
@@ -521,11 +604,16 @@ def test_training_steps_without_asking_while_no_batch_waits_and_asks_when_one_do
     eb, _ = board
     job = powerd.request(budget_w=BUDGET, workload="fast-trainer", endpoint=eb.endpoint)
     inf = powerd.request(
-        kind="inference", budget_w=BUDGET, rate_hz=50.0, latency_ms=2000,
-        endpoint=eb.endpoint, batch_sizes=(1, 4), workload="idle-server",
+        kind="inference",
+        budget_w=BUDGET,
+        rate_hz=50.0,
+        latency_ms=2000,
+        endpoint=eb.endpoint,
+        batch_sizes=(1, 4),
+        workload="idle-server",
     )
     try:
-        assert first_true(lambda: (job.step() or job._state.gate == "managed"), 10)
+        assert first_true(lambda: job.step() or job._state.gate == "managed", 10)
         for _ in range(3):  # the first managed step asks once; the daemon opens the flag
             job.step()
             time.sleep(0.005)

@@ -17,7 +17,6 @@ TS = 0.03
 SLOW_OK = {"device": {"verify_timeout_ms": 3000}}
 
 
-
 @pytest.fixture
 def board(nano_trace):
     # generous read-back time: a loaded test machine must not fail switches here

@@ -81,7 +81,12 @@ def test_a_new_workload_queues_behind_the_one_being_profiled(planner):
 
 def test_a_step_time_job_searches_under_the_budget_cap_and_hands_over_no_search(planner):
     st = JobSpec(
-        id="s", kind="training", workload="w", persistent=True, budget_w=15, registered=0.0,
+        id="s",
+        kind="training",
+        workload="w",
+        persistent=True,
+        budget_w=15,
+        registered=0.0,
         step_time_ms=80.0,
     )
     planner.sync([st], 15, 0.0)

@@ -17,7 +17,6 @@ from powerd.store import Store
 TS = 0.03
 
 
-
 @pytest.fixture(scope="module")
 def tuned_board(nano_trace):
     """An emulated Orin Nano whose daemon already tuned one workload with powertrain."""
@@ -58,8 +57,15 @@ def test_a_long_job_keeps_measuring_after_its_first_commit(nano_trace):
     modes within the budget while the job trains, and ends on the fastest measured."""
     with EmulatedBoard("orin-nano", nano_trace, time_scale=TS, strategy="powertrain") as b:
         run = run_training_job(
-            b.root, nano_trace, 13, "long", TS, endpoint=b.endpoint, max_s=240,
-            stay_tuned_s=1.5, expected_steps=200_000,
+            b.root,
+            nano_trace,
+            13,
+            "long",
+            TS,
+            endpoint=b.endpoint,
+            max_s=240,
+            stay_tuned_s=1.5,
+            expected_steps=200_000,
         )
         assert run.final_phase == "tuned", b.log_tail()
         log = b.daemon_log.read_text()
@@ -67,15 +73,16 @@ def test_a_long_job_keeps_measuring_after_its_first_commit(nano_trace):
         # commit with room to spare, and measured until nothing more promised a gain
         # (whether anything did depends on how good the first commit was: the replay
         # tests in tests/optimize/test_powertrain_refine.py check that it does measure)
-        done = re.search(r"nothing more to measure after the commit \((\d+) measured, room (\d+)",
-                         log)
+        done = re.search(
+            r"nothing more to measure after the commit \((\d+) measured, room (\d+)", log
+        )
         assert done is not None, b.log_tail()
         measured, room = int(done.group(1)), int(done.group(2))
         probes = re.findall(r"measuring .* after the commit", log)
         assert room > 0 and len(probes) == measured, b.log_tail()
         phases = [ph for _, ph in run.phases]
         if measured:
-            assert "profiling" in phases[phases.index("tuned"):], phases  # measured, tuned
+            assert "profiling" in phases[phases.index("tuned") :], phases  # measured, tuned
         samples = Store(b.state_dir).load_samples(b.status()["board_key"], "long")
         assert len(samples) <= 50
         pinned = samples[run.final_mode]
@@ -186,12 +193,14 @@ def test_predict_finds_an_evicted_workload_whose_name_the_store_slugs(nano_trace
     from powerd.client import call_once
 
     with EmulatedBoard(
-        "orin-nano", nano_trace, time_scale=TS, strategy="powertrain",
+        "orin-nano",
+        nano_trace,
+        time_scale=TS,
+        strategy="powertrain",
         config={"state": {"workloads_in_memory": 1}},
     ) as b:
         for name in ("net@bs1", "other"):
-            run = run_training_job(b.root, nano_trace, 15, name, TS, endpoint=b.endpoint,
-                                   max_s=180)
+            run = run_training_job(b.root, nano_trace, 15, name, TS, endpoint=b.endpoint, max_s=180)
             assert run.final_phase == "tuned", b.log_tail()
         reply = call_once(b.endpoint, p.Predict(workload="net@bs1"), timeout_s=30)
         assert isinstance(reply, p.Predictions), reply

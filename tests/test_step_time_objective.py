@@ -17,11 +17,17 @@ from powerd.sim.harness import EmulatedBoard
 TS = 0.03
 
 
-
 def powerctl_status(board, *args):
     res = subprocess.run(
-        [sys.executable, "-c", "import sys; from powerd.cli import ctl_main; "
-         "sys.exit(ctl_main(sys.argv[1:]))", "--config", str(board.config_path), "status", *args],
+        [
+            sys.executable,
+            "-c",
+            "import sys; from powerd.cli import ctl_main; sys.exit(ctl_main(sys.argv[1:]))",
+            "--config",
+            str(board.config_path),
+            "status",
+            *args,
+        ],
         capture_output=True,
         text=True,
         timeout=60,
@@ -78,6 +84,7 @@ def test_pins_a_low_power_mode_meeting_the_target(nano_trace):
         # not the lazy answer: far below the fastest mode's power, near the optimum's
         cheapest = min(r.power_w for r in nano_trace.rows if r.time_ms <= target_trace_ms)
         assert row.power_w <= cheapest * 1.25
+
         # an unreachable target with no budget (capped by the admin's ceiling only): the
         # fastest measured mode, reported as such
         def capped_by_the_ceiling(job):

@@ -50,6 +50,7 @@ from powerd.sim.harness import EmulatedBoard  # noqa: E402
 from powerd.sim.job import run_training_job  # noqa: E402
 from powerd.sim.trace import Trace  # noqa: E402
 from powerd.store import Store  # noqa: E402
+from powerd_replay.machine import load_note  # noqa: E402
 from powerd_replay.training import (  # noqa: E402
     consistent_best_time,
     inconsistent_rows,
@@ -103,6 +104,7 @@ def main() -> int:
     regime = "new workload per budget" if args.fresh else f"one workload, {args.order} order"
     rows = []
     bad = inconsistent_rows(trace)
+    print(load_note("at the start"), flush=True)
     t_start = time.monotonic()
     with EmulatedBoard(
         args.board, trace, time_scale=args.time_scale, strategy=args.strategy, seed=args.seed
@@ -193,6 +195,7 @@ def main() -> int:
         return 1
     report(args, trace, budgets, rows, status, workloads, mape, int(bad.sum()))
     print(f"wall time:                {time.monotonic() - t_start:.0f} s")
+    print(load_note("at the end (this benchmark included)", own=1.0))
     return 0
 
 

@@ -74,8 +74,12 @@ def daemon_steps(n: int) -> dict[str, np.ndarray]:
             _steps(job, 200)  # warm-up
             out["alone (gate open)"] = _steps(job, n)
             with powerd.request(
-                kind="inference", budget_w=30, rate_hz=1, latency_ms=5000,
-                workload="bench-gate-inf", endpoint=eb.endpoint,
+                kind="inference",
+                budget_w=30,
+                rate_hz=1,
+                latency_ms=5000,
+                workload="bench-gate-inf",
+                endpoint=eb.endpoint,
             ):
                 deadline = time.monotonic() + 20
                 while job._state.gate != "managed":

@@ -55,6 +55,7 @@ from powerd_replay.inference import (
     solve_joint,
     summarise,
 )
+from powerd_replay.machine import load_note
 
 INFER = {
     "resnet18": TRACE_DIR / "orin_agx_resnet18_imagenet_infer.csv",
@@ -157,7 +158,11 @@ def interleaved(quick: bool, train_refine: int = 0) -> None:
     measurer = TraceMeasurer(train, NoiseModel(seed=0))
     for b in IL_BUDGETS:
         commit, _ = solve_budget(
-            strategy, b, base, measurer, lambda s: fit_workload(s, ref, method="ridge"),
+            strategy,
+            b,
+            base,
+            measurer,
+            lambda s: fit_workload(s, ref, method="ridge"),
             refine_room=train_refine,
         )
         alone[b] = commit.mode
@@ -429,12 +434,22 @@ def through_daemon(scale: float, max_pairs: int, quick: bool, daemon_log: str | 
                 feasible = job["feasible"]
                 best = job.get("best_latency_ms")
                 row = {
-                    "kind": kind, "workload": workload, "decided": True, "rate": rate,
-                    "latency": lat, "budget": budget, "truth": o, "feasible_flag": feasible,
-                    "best_latency_ms": None if best is None else best / scale, "b": b,
-                    "p99": p99, "power": power, "pairs": job["pairs_profiled"],
+                    "kind": kind,
+                    "workload": workload,
+                    "decided": True,
+                    "rate": rate,
+                    "latency": lat,
+                    "budget": budget,
+                    "truth": o,
+                    "feasible_flag": feasible,
+                    "best_latency_ms": None if best is None else best / scale,
+                    "b": b,
+                    "p99": p99,
+                    "power": power,
+                    "pairs": job["pairs_profiled"],
                     "new_pairs": None if before is None else job["pairs_profiled"] - before,
-                    "settle_s": (got["at"] - t_change) / scale, "switches": len(used),
+                    "settle_s": (got["at"] - t_change) / scale,
+                    "switches": len(used),
                 }
                 row["pow_ok"] = power <= budget + 0.5
                 # the decision on the trace's noise-free values: does the served pair fit?
@@ -451,9 +466,7 @@ def through_daemon(scale: float, max_pairs: int, quick: bool, daemon_log: str | 
                     and (lat is None or true_lat <= 1.05 * lat)
                 )
                 rows.append(row)
-                ratio = (
-                    f"{power / o['power_w']:.3f}" if o["feasible"] and lat is not None else "-"
-                )
+                ratio = f"{power / o['power_w']:.3f}" if o["feasible"] and lat is not None else "-"
                 flag = (
                     f"feasible={feasible}"
                     if feasible
@@ -478,8 +491,14 @@ def through_daemon(scale: float, max_pairs: int, quick: bool, daemon_log: str | 
             for i, (rate, lat, budget) in enumerate(fresh):
                 name = f"mobilenetv3-infer-{i}"
                 with InferenceClient(
-                    gpu, sizes, rate, budget_w=budget, latency_ms=lat, workload=name,
-                    endpoint=eb.endpoint, seed=i,
+                    gpu,
+                    sizes,
+                    rate,
+                    budget_w=budget,
+                    latency_ms=lat,
+                    workload=name,
+                    endpoint=eb.endpoint,
+                    seed=i,
                 ) as client:
                     point(client, "fresh", name, None)
                     if i:
@@ -543,8 +562,10 @@ def _daemon_summary(rows: list[dict], wall_s: float) -> None:
             f"(max {np.nanmax(ratios):.3f}, n={len(ratios)})"
         )
     if no_l:
-        print(f"  without L: client p99 / the trace's least latency under B: median "
-              f"{np.median(no_l):.3f} (n={len(no_l)})")
+        print(
+            f"  without L: client p99 / the trace's least latency under B: median "
+            f"{np.median(no_l):.3f} (n={len(no_l)})"
+        )
     print(
         f"  pairs profiled per new workload: {[r['pairs'] for r in fresh]}; by the end of the "
         f"moving job: {max(r['pairs'] for r in ok)}\n"
@@ -685,8 +706,13 @@ def interleaved_daemon(scale: float, max_pairs: int, modes: int, daemon_log: str
         with tempfile.TemporaryDirectory(prefix="powerd-il-", dir=shm) as d:
             cfg = {"inference": {"max_pairs": max_pairs}, "profiling": {"modes": modes}}
             eb = EmulatedBoard(
-                "orin-agx", infer[1], time_scale=scale, workdir=d, config=cfg,
-                strategy="powertrain", daemon_log=daemon_log,
+                "orin-agx",
+                infer[1],
+                time_scale=scale,
+                workdir=d,
+                config=cfg,
+                strategy="powertrain",
+                daemon_log=daemon_log,
             )
             with eb:
                 gpu = Gpu(eb.emulator, idle_power(infer[1]), time_scale=scale)
@@ -724,8 +750,13 @@ def interleaved_daemon(scale: float, max_pairs: int, modes: int, daemon_log: str
                     t0 = time.monotonic()
                     if client is None:
                         client = InferenceClient(
-                            gpu, infer, rate, budget_w=budget, latency_ms=lat,
-                            workload=f"{name}-infer", endpoint=eb.endpoint,
+                            gpu,
+                            infer,
+                            rate,
+                            budget_w=budget,
+                            latency_ms=lat,
+                            workload=f"{name}-infer",
+                            endpoint=eb.endpoint,
                         ).start()
                     else:
                         if lat != client.latency_ms:
@@ -747,9 +778,14 @@ def interleaved_daemon(scale: float, max_pairs: int, modes: int, daemon_log: str
                     if i == 0:
                         # the switch: join -> the first interleaved mode pinned
                         st1, t_first = _wait_status(
-                            eb, lambda st, alone=alone: st["planner"] == "interleave"
-                            and st["mode"] is not None and PowerMode(**st["mode"]) != alone,
-                            60 * scale, period_s=0.01,
+                            eb,
+                            lambda st, alone=alone: (
+                                st["planner"] == "interleave"
+                                and st["mode"] is not None
+                                and PowerMode(**st["mode"]) != alone
+                            ),
+                            60 * scale,
+                            period_s=0.01,
                         )
                     st, t_set = _wait_status(eb, il_tuned, 600 * scale)
                     if st is None:
@@ -772,10 +808,14 @@ def interleaved_daemon(scale: float, max_pairs: int, modes: int, daemon_log: str
                     idle = 1.0 - busy / (t_w1 - t_w)
                     p99 = float(np.percentile(lats, 99)) if lats else float("nan")
                     used = {(q.batch_size, q.mode) for q in reqs}
-                    p_true = max(
-                        max(infer[bb].lookup(m).power_w, train.lookup(m).power_w)
-                        for bb, m in used
-                    ) if used else math.nan
+                    p_true = (
+                        max(
+                            max(infer[bb].lookup(m).power_w, train.lookup(m).power_w)
+                            for bb, m in used
+                        )
+                        if used
+                        else math.nan
+                    )
                     own = _bound(train, infer, mode, b, rate)
                     best = _il_best(train, infer, board_modes, rate, lat, budget)
                     s_own = sps / own
@@ -812,7 +852,8 @@ def interleaved_daemon(scale: float, max_pairs: int, modes: int, daemon_log: str
                 st, t_back = _wait_status(
                     eb,
                     lambda st, alone=alone: train_tuned(st) and PowerMode(**st["mode"]) == alone,
-                    60 * scale, period_s=0.01,
+                    60 * scale,
+                    period_s=0.01,
                 )
                 st_any, _ = _wait_status(eb, train_tuned, 60 * scale)
                 back = None if st_any is None else PowerMode(**st_any["mode"])
@@ -890,14 +931,18 @@ def main() -> None:
             f"time scale {args.scale:g}, training modes {args.train_modes}, joint probes "
             f"<= {args.max_pairs}):"
         )
+        print(load_note("at the start"), flush=True)
         interleaved_daemon(args.scale, args.max_pairs, args.train_modes, args.daemon_log)
+        print(load_note("at the end (this benchmark included)", own=1.0))
         return
     if args.daemon:
         print(
             f"held-out MobileNet v3 inference through the real daemon (emulated Orin AGX, "
             f"time scale {args.scale:g}, max_pairs {args.max_pairs}):"
         )
+        print(load_note("at the start"), flush=True)
         through_daemon(args.scale, args.max_pairs, args.quick, args.daemon_log)
+        print(load_note("at the end (this benchmark included)", own=1.0))
         return
     methods = ("infer-ref", "train-head") if args.compare_priors else ("infer-ref",)
     for method in () if args.interleave_only else methods:

@@ -109,7 +109,7 @@ def knobs(args: argparse.Namespace) -> dict[str, float]:
 
 
 def knob_values(pairs: Sequence[str]) -> dict[str, Any]:
-    """"key=value" pairs: numbers as numbers, anything else as a string."""
+    """Pairs "key=value": numbers as numbers, anything else as a string."""
     out: dict[str, Any] = {}
     for kv in pairs:
         k, v = kv.split("=", 1)
@@ -135,7 +135,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--trace", action="append", type=Path, help="default: the visible traces")
     ap.add_argument("--predictor", choices=("reference", "oracle"), default="reference")
     ap.add_argument(
-        "--ridge", action="append", default=[],
+        "--ridge",
+        action="append",
+        default=[],
         help="a RidgeOptions field of the refit, e.g. time_model=auto (default: the daemon's)",
     )
     ap.add_argument("--modes", type=int, default=50, help="[profiling] modes (default 50)")
@@ -145,7 +147,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--order", default="mixed", choices=("mixed", "up"), help="without --fresh")
     ap.add_argument("--batch-size", type=int, help="inference traces (default: smallest)")
     ap.add_argument(
-        "--refine", type=int, default=0,
+        "--refine",
+        type=int,
+        default=0,
         help="modes a job may measure after its first commit per budget (Strategy.refine)",
     )
     ap.add_argument("--set", action="append", default=[], help="tuning knob, e.g. min_gain=0.02")

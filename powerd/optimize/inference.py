@@ -52,9 +52,7 @@ class Pair:
 
 def pair_grid(
     modes: np.ndarray | Sequence[PowerMode], batch_sizes: Sequence[int]
-) -> tuple[
-    np.ndarray, tuple[int, ...], np.ndarray, np.ndarray, list[Pair], dict[Pair, int]
-]:
+) -> tuple[np.ndarray, tuple[int, ...], np.ndarray, np.ndarray, list[Pair], dict[Pair, int]]:
     """Every (mode, batch size) pair, mode-major: (modes (N, 4), sorted batch sizes, each
     pair's mode row, each pair's batch size, the pairs, pair -> row)."""
     arr = np.array(

@@ -546,8 +546,9 @@ class JointPlanner:
         wait = sum(t)
         power = max(p)
         thr = None
-        share = sum(j.goal.rate_hz * ti / (b * 1000.0) for j, ti, b in zip(jobs, t, sizes,
-                                                                            strict=True))
+        share = sum(
+            j.goal.rate_hz * ti / (b * 1000.0) for j, ti, b in zip(jobs, t, sizes, strict=True)
+        )
         if training is not None:
             tt, pt, _ = self._train_values(training, modes)
             wait += float(tt[k])
@@ -562,6 +563,12 @@ class JointPlanner:
         )
         budget = min(j.goal.budget_w for j in jobs)
         return ServeSet(
-            PowerMode(*map(int, modes[k])), sizes, lats, feasible, power, share, thr,
+            PowerMode(*map(int, modes[k])),
+            sizes,
+            lats,
+            feasible,
+            power,
+            share,
+            thr,
             within_budget=power <= budget,
         )

@@ -373,7 +373,10 @@ class PowerTrain(Strategy):
         self._refining = True
         try:
             pick = self._pick(
-                budget_w, own, min_fit_prob=c.refine_fit_prob, bar=c.refine_gain,
+                budget_w,
+                own,
+                min_fit_prob=c.refine_fit_prob,
+                bar=c.refine_gain,
                 margin_w=c.refine_margin_w,
             )
         finally:

@@ -250,9 +250,7 @@ class Head:
                 )
                 src = f"{prefix}t0"
                 if self.phys_coef.size:
-                    inits.append(
-                        numpy_helper.from_array(_f32(self.phys_exps.T), f"{prefix}pexpsT")
-                    )
+                    inits.append(numpy_helper.from_array(_f32(self.phys_exps.T), f"{prefix}pexpsT"))
                     inits.append(numpy_helper.from_array(_f32(self.phys_coef), f"{prefix}pc"))
                     nodes += [
                         helper.make_node("Log", [base], [f"{prefix}plb"]),

@@ -155,6 +155,8 @@ _OFFLINE_UNREADABLE = (
     "cpuinfo_min_freq",
     "cpuinfo_max_freq",
 )
+
+
 def idle_power_w(trace: Trace) -> float:
     """A plausible idle draw for the board a trace was measured on: below its lowest
     training power (Orin AGX ~9 W, Orin Nano ~6 W with the bundled traces)."""

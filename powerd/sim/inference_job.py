@@ -308,9 +308,7 @@ class InferenceClient:
                     wake = next_arrival + (b - len(pending) - 1) * period
                     time.sleep(min(0.05, max(0.0, wake - time.monotonic())))
                     continue
-                trace = self.traces.get(b) or self.traces[
-                    min(self.sizes, key=lambda s: abs(s - b))
-                ]
+                trace = self.traces.get(b) or self.traces[min(self.sizes, key=lambda s: abs(s - b))]
                 batch = [pending.popleft() for _ in range(b)]
                 with inf.batch(size=b):
                     done_slice = self.gpu.run(

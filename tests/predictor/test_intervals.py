@@ -103,9 +103,7 @@ def test_fits_saved_before_distance_scaling_keep_their_intervals(reference, nano
     from dataclasses import replace as dc_replace
 
     fp = fit_ridge(spread_samples(nano, 30), reference)
-    legacy = dc_replace(
-        fp.stats, interval_growth=None, time_halfwidth=0.1, power_halfwidth_w=0.5
-    )
+    legacy = dc_replace(fp.stats, interval_growth=None, time_halfwidth=0.1, power_halfwidth_w=0.5)
     fp.stats = legacy
     t, t_lo, t_hi, p, p_lo, p_hi = fp.predict_interval(nano.modes_array)
     np.testing.assert_allclose(t_hi, t * np.exp(1.5 * 0.1))

@@ -56,9 +56,7 @@ def test_bundled_model_is_the_repos_models_dir(monkeypatch: pytest.MonkeyPatch) 
     assert d.resolve() == (REPO / "models").resolve()
 
 
-def test_package_without_model_is_an_error(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_package_without_model_is_an_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # An installed package that lacks its data says so instead of looking elsewhere.
     fake = tmp_path / "fakepkg"
     fake.mkdir()

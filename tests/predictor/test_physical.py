@@ -108,9 +108,7 @@ def test_low_power_samples_extrapolate_sanely(reference, resnet_infer) -> None:
     idx = low[select_modes("grid", modes[low], 20, seed=1)]
     s = profile(resnet_infer, idx)
     new_mape = mape(fit_ridge(s, reference).predict(modes)[0], resnet_infer.time_ms)
-    old_mape = mape(
-        fit_ridge(s, reference, REFERENCE_HEAD).predict(modes)[0], resnet_infer.time_ms
-    )
+    old_mape = mape(fit_ridge(s, reference, REFERENCE_HEAD).predict(modes)[0], resnet_infer.time_ms)
     assert new_mape < 25.0 and new_mape < old_mape / 1.5, (new_mape, old_mape)
 
 

@@ -43,9 +43,12 @@ def _rate(client: InferenceClient, t0: float, t1: float) -> float:
 def test_goal_changes_move_the_arrivals_and_reach_the_daemon(gpu, batches, endpoint) -> None:
     told = {40.0 / SCALE: FakeDecision(16)}  # the rate on the wall clock
     fake = FakeDaemon(endpoint, FakeDecision(batch_size=4), on_rate=told)
-    with fake, InferenceClient(
-        gpu, batches, 20.0, budget_w=20, latency_ms=2000, workload="w", endpoint=endpoint
-    ) as client:
+    with (
+        fake,
+        InferenceClient(
+            gpu, batches, 20.0, budget_w=20, latency_ms=2000, workload="w", endpoint=endpoint
+        ) as client,
+    ):
         t0 = time.monotonic()
         time.sleep(1.5)
         assert _rate(client, t0 + 0.2, time.monotonic()) == pytest.approx(20.0, rel=0.15)
