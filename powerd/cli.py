@@ -267,6 +267,12 @@ def _ctl(argv: list[str] | None = None) -> int:
             sp.add_argument(
                 "--batch-sizes", metavar="B,B,...", help="inference: batch sizes to show"
             )
+            sp.add_argument(
+                "--latency",
+                type=float,
+                metavar="MS",
+                help="inference --plot: a latency target line to draw",
+            )
             sp.add_argument("--plot", metavar="FILE.png")
             sp.add_argument(
                 "--budget",
@@ -305,7 +311,15 @@ def _ctl(argv: list[str] | None = None) -> int:
             reply = call_once(endpoint, msg, timeout_s=30)
             assert isinstance(reply, p.Predictions)
             if args.cmd == "pareto" and args.kind == "inference":
-                print(json.dumps(reply.rows) if args.json else format_front(reply.rows))
+                if args.plot:
+                    from powerd.plot import plot_inference_front
+
+                    plot_inference_front(reply, args.plot, args.budget, args.latency)
+                    print(f"wrote {args.plot}", file=sys.stderr)
+                if args.json:
+                    print(json.dumps(reply.rows))
+                elif not args.plot:
+                    print(format_front(reply.rows))
                 return 0
             if args.cmd == "pareto" and args.plot:
                 from powerd.plot import plot_pareto

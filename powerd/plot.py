@@ -1,4 +1,5 @@
-"""`powerctl pareto --plot`: the predicted front, the measured modes, the pick and the budget."""
+"""`powerctl pareto --plot`: the predicted front, the measured modes, the pick and the budget;
+for an inference workload, the latency/power front per batch size at a rate."""
 
 from __future__ import annotations
 
@@ -27,13 +28,26 @@ def chosen_point(rows: list[dict[str, Any]], extra: dict[str, Any], budget_w: fl
     return min(within, key=lambda r: r["time_ms"]), "predicted pick within the budget"
 
 
+def _time_axis(ax: Any, values: list[float]) -> None:
+    """Plain-ms ticks; a log axis (1-2-5) when the values span more than a decade."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormatter
+
+    values = [v for v in values if v > 0]
+    if values and max(values) / min(values) > 10:
+        ax.set_yscale("log")
+        ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+        ax.yaxis.set_minor_formatter(NullFormatter())
+    else:
+        ax.yaxis.set_major_locator(MaxNLocator(nbins=8))
+    ax.yaxis.set_major_formatter(FuncFormatter(_plain_ms))
+
+
 def pareto_figure(reply: Any, budget_w: float | None = None):  # noqa: ANN201 - a Figure
     """The figure for a `pareto` reply; `budget_w` when the reply carries no budget."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormatter
 
     rows = reply.rows
     extra = reply.extra or {}
@@ -74,14 +88,7 @@ def pareto_figure(reply: Any, budget_w: float | None = None):  # noqa: ANN201 - 
     times = [r["time_ms"] for r in rows + profiled if r["time_ms"] > 0]
     ax.set_xlabel("board power (W)")
     ax.set_ylabel("time per step (ms)")
-    if times and max(times) / min(times) > 10:
-        # wide ranges read best on a log axis, labelled 1-2-5 in plain ms
-        ax.set_yscale("log")
-        ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
-        ax.yaxis.set_minor_formatter(NullFormatter())
-    else:
-        ax.yaxis.set_major_locator(MaxNLocator(nbins=8))
-    ax.yaxis.set_major_formatter(FuncFormatter(_plain_ms))
+    _time_axis(ax, times)
     ax.set_title(f"{reply.workload}: predicted time vs power")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
@@ -89,13 +96,104 @@ def pareto_figure(reply: Any, budget_w: float | None = None):  # noqa: ANN201 - 
     return fig
 
 
-def plot_pareto(reply: Any, path: str, budget_w: float | None = None) -> None:
+def inference_front_figure(  # noqa: ANN201 - a Figure
+    reply: Any, budget_w: float | None = None, latency_ms: float | None = None
+):
+    """The figure for an inference `pareto` reply (`--kind inference --rate R`): per batch
+    size, the predicted worst-case latency against power of its front; pairs whose queue
+    would not drain at R as crosses; the measured pairs at R; the budget and latency lines."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    extra = reply.extra or {}
+    rate = float(extra.get("rate_hz") or 0.0)
+    fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
+    sizes = sorted({int(r["batch_size"]) for r in reply.rows})
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    color = {b: colors[i % len(colors)] for i, b in enumerate(sizes)}
+    lats: list[float] = []
+    stuck = False
+    for b in sizes:
+        rows = sorted((r for r in reply.rows if r["batch_size"] == b), key=lambda r: r["power_w"])
+        ok = [r for r in rows if r["drains"]]
+        bad = [r for r in rows if not r["drains"]]
+        if ok:
+            ax.plot(
+                [r["power_w"] for r in ok],
+                [r["latency_ms"] for r in ok],
+                "-o",
+                ms=3,
+                color=color[b],
+                label=f"b={b}",
+            )
+        if bad:
+            ax.scatter(
+                [r["power_w"] for r in bad],
+                [r["latency_ms"] for r in bad],
+                marker="x",
+                s=14,
+                color=color[b],
+                alpha=0.5,
+                label=None if ok else f"b={b}",
+            )
+            stuck = True
+        lats += [r["latency_ms"] for r in rows]
+    measured = extra.get("profiled") or []
+    if measured and rate > 0:
+        # a measured pair's worst case at this rate, from its p99 batch time
+        def worst(m: dict[str, Any]) -> float:
+            t = m.get("batch_p99_ms") or m["batch_ms"]
+            return (m["batch_size"] - 1) / rate * 1000.0 + t
+
+        ax.scatter(
+            [m["power_w"] for m in measured],
+            [worst(m) for m in measured],
+            s=30,
+            facecolors="none",
+            edgecolors="black",
+            zorder=3,
+            label=f"measured pairs ({len(measured)})",
+        )
+        lats += [worst(m) for m in measured]
+    if stuck:
+        ax.scatter([], [], marker="x", color="gray", label="queue does not drain at this rate")
+    if budget_w:
+        ax.axvline(budget_w, color="tab:red", ls="--", lw=1, label=f"budget {budget_w:g} W")
+    if latency_ms:
+        ax.axhline(latency_ms, color="tab:green", ls="--", lw=1, label=f"latency {latency_ms:g} ms")
+    ax.set_xlabel("board power while a batch runs (W)")
+    ax.set_ylabel("worst-case latency (ms)")
+    _time_axis(ax, lats + ([latency_ms] if latency_ms else []))
+    ax.set_title(f"{reply.workload}: predicted latency vs power at {rate:g} requests/s")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def _save(fig: Any, path: str) -> None:
+    import matplotlib.pyplot as plt
+
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def _need_matplotlib() -> None:
     try:
         import matplotlib  # noqa: F401
     except ImportError:
         raise SystemExit("powerctl: --plot needs matplotlib (pip install 'powerd[plot]')") from None
-    import matplotlib.pyplot as plt
 
-    fig = pareto_figure(reply, budget_w)
-    fig.savefig(path)
-    plt.close(fig)
+
+def plot_pareto(reply: Any, path: str, budget_w: float | None = None) -> None:
+    _need_matplotlib()
+    _save(pareto_figure(reply, budget_w), path)
+
+
+def plot_inference_front(
+    reply: Any, path: str, budget_w: float | None = None, latency_ms: float | None = None
+) -> None:
+    _need_matplotlib()
+    _save(inference_front_figure(reply, budget_w, latency_ms), path)

@@ -165,6 +165,33 @@ def test_pareto_plot_marks_the_daemons_pinned_mode_over_a_guess() -> None:
     assert any(t.startswith("pinned mode (measured): 0.9 ms at 12.0 W") for t in legend)
 
 
+def test_inference_front_plot_has_a_line_per_batch_size_and_the_target_lines() -> None:
+    pytest.importorskip("matplotlib")
+    from powerd.plot import inference_front_figure
+
+    def row(b: int, lat: float, w: float, drains: bool = True) -> dict:
+        return {"batch_size": b, "latency_ms": lat, "power_w": w, "drains": drains}
+
+    rows = [row(1, 40, 12), row(1, 25, 16), row(4, 90, 11), row(4, 60, 14), row(16, 700, 10, False)]
+    measured = [{"batch_size": 4, "batch_ms": 30.0, "batch_p99_ms": 33.0, "power_w": 13.0}]
+    extra = {"kind": "inference", "rate_hz": 50.0, "profiled": measured}
+    reply = p.Predictions(workload="w", rows=rows, extra=extra)
+    fig = inference_front_figure(reply, budget_w=15.0, latency_ms=100.0)
+    ax = fig.axes[0]
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    # a line per batch size whose queue drains; b=16 only as crosses (its queue grows)
+    assert {"b=1", "b=4", "b=16"} <= set(legend)
+    lines = {ln.get_label(): ln for ln in ax.get_lines()}
+    assert list(lines["b=4"].get_ydata()) == [90, 60]  # sorted by power
+    assert "b=16" not in lines
+    assert "queue does not drain at this rate" in legend
+    assert "budget 15 W" in legend and "latency 100 ms" in legend
+    assert "measured pairs (1)" in legend
+    # the measured pair sits at its worst case at 50/s: (4-1)/50 s + its p99 batch time
+    pts = [c for c in ax.collections if c.get_label() == "measured pairs (1)"][0]
+    assert pts.get_offsets().tolist() == [[13.0, 60.0 + 33.0]]
+
+
 # ---- tools/demo --serve ---------------------------------------------------------------------
 
 

@@ -9,6 +9,7 @@ does not decide the outcome.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import threading
 import time
@@ -68,7 +69,7 @@ def _watch(eb: EmulatedBoard, seen: dict):
 
 
 def test_inference_alone_serves_a_measured_feasible_pair_then_re_solves_a_rate_change(
-    board, batches, capsys, monkeypatch
+    board, batches, capsys, monkeypatch, tmp_path
 ) -> None:
     eb, gpu = board
     before = knob_snapshot(eb.root)
@@ -131,6 +132,14 @@ def test_inference_alone_serves_a_measured_feasible_pair_then_re_solves_a_rate_c
         front = sorted((r["power_w"], r["latency_ms"]) for r in rows if r["batch_size"] == b)
         lats = [lat for _, lat in front]
         assert lats == sorted(lats, reverse=True)  # more power buys less latency
+    # the same front as a picture (--plot), with the budget and latency lines
+    if importlib.util.find_spec("matplotlib") is not None:
+        png = tmp_path / "front.png"
+        args = ["pareto", "--workload", "emulated-inference", "--kind", "inference"]
+        args += ["--rate", "50", "--plot", str(png), "--budget", "20", "--latency", "400"]
+        assert _ctl(args) == 0
+        assert png.stat().st_size > 1000
+        assert f"wrote {png}" in capsys.readouterr().err
     # everyone left: the board is restored
     deadline = time.monotonic() + 5
     while knob_snapshot(eb.root) != before and time.monotonic() < deadline:

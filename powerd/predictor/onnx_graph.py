@@ -177,7 +177,9 @@ class Head:
     a constant, 1/f_gpu, 1/f_emc, 1/f_cpu, 1/(cores*f_cpu)) and the reference's predicted
     time, fitted by :func:`powerd.predictor.transfer.physical_time`. ``phys_exps`` (F, 4) are
     the monomials' exponents, ``phys_coef`` (F,) their weights, ``ref_scale`` the reference
-    time's weight. The head then needs the modes as well as ``y`` and ``h``.
+    time's weight. The head then needs the modes as well as ``y`` and ``h``. With
+    ``phys_groups`` (F,) set, the bottleneck form of :mod:`powerd.predictor.physical`:
+    ``sum_{g=0} c_j m_j + max(sum_{g=1} c_j m_j, ref_scale * exp(y) + sum_{g=2} c_j m_j)``.
     """
 
     intercept: float = 0.0
@@ -188,6 +190,7 @@ class Head:
     phys_exps: np.ndarray = field(default_factory=lambda: np.zeros((0, 4), dtype=np.int64))
     phys_coef: np.ndarray = field(default_factory=lambda: np.zeros(0))
     ref_scale: float = 0.0
+    phys_groups: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
 
     def __post_init__(self) -> None:
         if self.ref_transform not in ("identity", "log", "physical"):
@@ -200,11 +203,26 @@ class Head:
             raise ValueError(
                 f"head: {len(self.phys_exps)} physical terms, {len(self.phys_coef)} weights"
             )
+        self.phys_groups = np.asarray(self.phys_groups, dtype=np.int64).reshape(-1)
+        if self.phys_groups.size and (
+            len(self.phys_groups) != len(self.phys_coef)
+            or not np.isin(self.phys_groups, (0, 1, 2)).all()
+        ):
+            raise ValueError(f"head: bad physical term groups {self.phys_groups.tolist()}")
+
+    @property
+    def bottleneck(self) -> bool:
+        return bool(self.phys_groups.size)
 
     def physical(self, y: np.ndarray, modes: np.ndarray) -> np.ndarray:
         """The physical head's time in ms (before the log): the fitted sum of time terms."""
         t = self.ref_scale * np.exp(np.asarray(y, dtype=np.float64))
-        if self.phys_coef.size:
+        if self.bottleneck:
+            f = mode_features(modes, self.phys_exps)
+            c, g = self.phys_coef, self.phys_groups
+            side = np.maximum(f @ np.where(g == 1, c, 0.0), t + f @ np.where(g == 2, c, 0.0))
+            t = f @ np.where(g == 0, c, 0.0) + side
+        elif self.phys_coef.size:
             t = t + mode_features(modes, self.phys_exps) @ self.phys_coef
         return np.maximum(t, LOG_FLOOR)
 
@@ -251,17 +269,24 @@ class Head:
                 src = f"{prefix}t0"
                 if self.phys_coef.size:
                     inits.append(numpy_helper.from_array(_f32(self.phys_exps.T), f"{prefix}pexpsT"))
-                    inits.append(numpy_helper.from_array(_f32(self.phys_coef), f"{prefix}pc"))
                     nodes += [
                         helper.make_node("Log", [base], [f"{prefix}plb"]),
                         helper.make_node(
                             "MatMul", [f"{prefix}plb", f"{prefix}pexpsT"], [f"{prefix}plf"]
                         ),
                         helper.make_node("Exp", [f"{prefix}plf"], [f"{prefix}pf"]),
-                        helper.make_node("MatMul", [f"{prefix}pf", f"{prefix}pc"], [f"{prefix}pt"]),
-                        helper.make_node("Add", [src, f"{prefix}pt"], [f"{prefix}t1"]),
                     ]
-                    src = f"{prefix}t1"
+                    if self.bottleneck:
+                        more, src = self._bottleneck_nodes(prefix, src, inits)
+                        nodes += more
+                    else:
+                        inits.append(numpy_helper.from_array(_f32(self.phys_coef), f"{prefix}pc"))
+                        pt = f"{prefix}pt"
+                        nodes += [
+                            helper.make_node("MatMul", [f"{prefix}pf", f"{prefix}pc"], [pt]),
+                            helper.make_node("Add", [src, pt], [f"{prefix}t1"]),
+                        ]
+                        src = f"{prefix}t1"
             nodes.append(helper.make_node("Max", [src, f"{prefix}floor"], [f"{prefix}yc"]))
             nodes.append(helper.make_node("Log", [f"{prefix}yc"], [f"{prefix}r"]))
             r = f"{prefix}r"
@@ -276,6 +301,26 @@ class Head:
         op = "Exp" if self.out_transform == "exp" else "Identity"
         nodes.append(helper.make_node(op, [z], [out]))
         return nodes, inits
+
+    def _bottleneck_nodes(self, prefix: str, ref_t: str, inits: list) -> tuple[list, str]:
+        """Nodes of the bottleneck form over the term features `{prefix}pf` and the scaled
+        reference time `ref_t`; returns (nodes, output name)."""
+        names = []
+        for g in (0, 1, 2):
+            name = f"{prefix}pc{g}"
+            coef = np.where(self.phys_groups == g, self.phys_coef, 0.0)
+            inits.append(numpy_helper.from_array(_f32(coef), name))
+            names.append(name)
+        p = prefix
+        nodes = [
+            helper.make_node("MatMul", [f"{p}pf", names[0]], [f"{p}s0"]),
+            helper.make_node("MatMul", [f"{p}pf", names[1]], [f"{p}s1"]),
+            helper.make_node("MatMul", [f"{p}pf", names[2]], [f"{p}s2r"]),
+            helper.make_node("Add", [ref_t, f"{p}s2r"], [f"{p}s2"]),
+            helper.make_node("Max", [f"{p}s1", f"{p}s2"], [f"{p}smax"]),
+            helper.make_node("Add", [f"{p}s0", f"{p}smax"], [f"{p}t1"]),
+        ]
+        return nodes, f"{p}t1"
 
 
 def _model(nodes: list, inits: list, outputs: list, doc: str, meta: dict[str, str]):

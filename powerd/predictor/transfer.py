@@ -179,6 +179,11 @@ class RidgeOptions:
     # Smallest ridge strength on the activations above a physical head: the LOO choice can
     # only see the profiled region, and below 1 it bent predictions away from it.
     physical_min_lambda: float = 1.0
+    # The physical head's bottleneck form (powerd.predictor.physical: const + max(CPU terms,
+    # GPU terms + reference)) is a third candidate of "auto" and "physical", its
+    # leave-one-out error (each sample's side held fixed) divided by this factor; 0: the
+    # sum form only.
+    bottleneck_factor: float = 1.0
     # Smallest ridge strength on the power activations (0: any the LOO picks).
     power_min_lambda: float = 0.0
 
@@ -304,24 +309,25 @@ def ridge_head(
     out_transform: str,
     options: RidgeOptions,
     modes: np.ndarray | None = None,
-    phys: tuple[np.ndarray, np.ndarray, float] | None = None,
+    phys: tuple[np.ndarray, np.ndarray, float, np.ndarray] | None = None,
     min_lambda: float = 0.0,
 ) -> tuple[Head, float | None, np.ndarray]:
     """Fit ``target ~ a + b*r(y_ref) + h @ w`` with a ridge penalty on ``w`` only.
 
     ``scale`` is each activation's std over the reference corpus: a fixed, sample-free
     column scale (k samples are too few to estimate it). With ``ref_transform="physical"``,
-    ``phys`` = (exponents, weights, reference weight) of the fitted physical time model and
-    ``modes`` the samples' modes (see Head). Returns (head, lambda, leave-one-out residuals
-    in target space)."""
+    ``phys`` = (exponents, weights, reference weight, term groups: empty for the sum form)
+    of the fitted physical time model and ``modes`` the samples' modes (see Head). Returns
+    (head, lambda, leave-one-out residuals in target space)."""
     k = len(target)
-    px, pc, ps = phys if phys is not None else (np.zeros((0, 4)), np.zeros(0), 0.0)
+    px, pc, ps, pg = phys if phys is not None else (np.zeros((0, 4)), np.zeros(0), 0.0, np.zeros(0))
     head = Head(
         ref_transform=ref_transform,
         out_transform=out_transform,
         phys_exps=px,
         phys_coef=pc,
         ref_scale=ps,
+        phys_groups=pg,
     )
     r = head.ref_input(y_ref, modes) if use_ref else np.zeros(k)
     if k == 0:
@@ -382,7 +388,7 @@ def ridge_head(
     coefs, *_ = np.linalg.lstsq(u, t - h @ w, rcond=None)
     a = float(coefs[0])
     b = float(coefs[1]) if u.shape[1] == 2 else (1.0 if use_ref else 0.0)
-    head = Head(a, b, w if np.any(w) else np.zeros(0), ref_transform, out_transform, px, pc, ps)
+    head = Head(a, b, w if np.any(w) else np.zeros(0), ref_transform, out_transform, px, pc, ps, pg)
     resid = target - head.linear(y_ref, h, modes)
     loo = resid / np.maximum(1.0 - lev, 1e-9)
     return head, lam, loo
@@ -528,6 +534,8 @@ class FittedPredictor(Predictor):
                 if hd.ref_transform == "physical":
                     arrays[f"head_{name}_phys_exps"] = hd.phys_exps
                     arrays[f"head_{name}_phys_coef"] = hd.phys_coef
+                    if hd.bottleneck:
+                        arrays[f"head_{name}_phys_groups"] = hd.phys_groups
                     hm["ref_scale"] = hd.ref_scale
                 heads_meta.append(hm)
         meta = {
@@ -564,6 +572,7 @@ class FittedPredictor(Predictor):
                     w=arrays[f"head_{name}_w"],
                     phys_exps=arrays.get(f"head_{name}_phys_exps", np.zeros((0, 4))),
                     phys_coef=arrays.get(f"head_{name}_phys_coef", np.zeros(0)),
+                    phys_groups=arrays.get(f"head_{name}_phys_groups", np.zeros(0)),
                     **hm,
                 )
                 for name, hm in zip(("time", "power"), meta["heads"], strict=True)
@@ -685,14 +694,21 @@ def fit_heads(
             options=opts,
         )
 
-    def fit_physical(m: np.ndarray) -> tuple[Head, float | None, np.ndarray]:
+    def fit_physical(
+        m: np.ndarray, bottleneck: bool = False
+    ) -> tuple[Head, float | None, np.ndarray]:
         assert x_phys is not None
         r = ti[m]
-        c = physical.fit_weights(x_phys[m], s.time_ms[r])
+        groups = physical.BOTTLENECK_GROUPS if bottleneck else np.zeros(0, dtype=np.int64)
+        if bottleneck:
+            c = physical.fit_bottleneck(x_phys[m], s.time_ms[r], groups)
+        else:
+            c = physical.fit_weights(x_phys[m], s.time_ms[r])
         phys = (
             np.array(PHYSICAL_TIME, dtype=np.int64),
             c[:-1],
             float(c[-1]) / physical.REF_UNIT_MS,
+            groups,
         )
         return ridge_head(
             e.time_y[r],
@@ -715,19 +731,26 @@ def fit_heads(
         if head.ref_transform != "physical" or len(loo) < 3 or x_phys is None:
             return loo
         kt = np.flatnonzero(keep)
-        return loo + head.coef_ref * physical.loo_log_ratio(
-            x_phys[kt],
-            s.time_ms[ti[kt]],
-            np.append(head.phys_coef, head.ref_scale * physical.REF_UNIT_MS),
-        )
+        coef = np.append(head.phys_coef, head.ref_scale * physical.REF_UNIT_MS)
+        x = x_phys[kt]
+        if head.bottleneck:
+            x = physical.dominant_design(x, coef, head.phys_groups)
+        return loo + head.coef_ref * physical.loo_log_ratio(x, s.time_ms[ti[kt]], coef)
 
     candidates, factors = [], []
     if opts.time_model in ("reference", "auto") or x_phys is None:
         candidates.append(_trimmed(fit_reference, len(ti), opts.time_floor, opts))
         factors.append(opts.auto_reference_factor if opts.time_model == "auto" else 1.0)
     if opts.time_model in ("physical", "auto") and x_phys is not None:
-        candidates.append(_trimmed(fit_physical, len(ti), opts.time_floor, opts))
+        summed = _trimmed(fit_physical, len(ti), opts.time_floor, opts)
+        candidates.append(summed)
         factors.append(1.0)
+        if opts.bottleneck_factor > 0 and len(ti) >= 3:
+            # on the samples the sum form kept: the max can fit a gross outlier on a side of
+            # its own, so it does not show up in its own leave-one-out residuals
+            keep = summed[3]
+            candidates.append((*fit_physical(keep, bottleneck=True), keep))
+            factors.append(opts.bottleneck_factor)
     # "auto": the head whose leave-one-out error (mean squared log ratio) is lower, the
     # reference head's divided by auto_reference_factor.
     scored = [
@@ -794,6 +817,8 @@ def fit_heads(
         d_p = loo_distances(log_coords(s.modes[pi[keep_p]]))
         stats.power_halfwidth_rel = conformal_halfwidth(np.log(true_p / np.maximum(pred, 1e-3)))
         stats.power_reach = _reach(d_p)
+    if time_head.bottleneck:
+        stats.extra["time_form"] = "bottleneck"
     floors = int(np.sum(np.isfinite(s.power_min_w) & s.power_ok))
     if floors:
         stats.extra["power_floors"] = floors

@@ -18,6 +18,9 @@ from powerd.predictor.transfer import FittedPredictor, RidgeOptions, Samples, fi
 from powerd.sim.trace import Trace
 
 REFERENCE_HEAD = replace(RidgeOptions(), time_model="reference")
+# The sum form alone (no bottleneck candidate: see tests/predictor/test_bottleneck.py), for
+# the tests of the choice between the reference and the physical head.
+SUM = replace(RidgeOptions(), bottleneck_factor=0.0)
 
 
 @pytest.fixture(scope="module")
@@ -182,16 +185,16 @@ def test_the_default_keeps_the_reference_head_where_it_is_far_better(reference) 
     train = Trace.load(TRACES / "orin_agx_mobilenetv3_gld23k_train.csv")
     modes = train.modes_array
     s = profile(train, select_modes("front", modes, 30, predicted=reference.predict(modes), seed=0))
-    phys = fit_ridge(s, reference, replace(RidgeOptions(), time_model="physical"))
+    phys = fit_ridge(s, reference, replace(SUM, time_model="physical"))
     old = fit_ridge(s, reference, REFERENCE_HEAD)
-    default = fit_ridge(s, reference)
+    default = fit_ridge(s, reference, SUM)
     assert old.stats.time_loo_mape < 0.5 * phys.stats.time_loo_mape
     assert default.stats.time_model == "reference"
     assert mape(default.predict(modes)[0], train.time_ms) < mape(
         phys.predict(modes)[0], train.time_ms
     )
     # the factor is what decides: at 0 the physical head always stays
-    never = fit_ridge(s, reference, replace(RidgeOptions(), auto_reference_factor=0.0))
+    never = fit_ridge(s, reference, replace(SUM, auto_reference_factor=0.0))
     assert never.stats.time_model == "physical"
 
 
@@ -203,9 +206,9 @@ def test_the_default_keeps_the_physical_head_unless_the_reference_is_far_better(
     train = Trace.load(TRACES / "orin_agx_mobilenetv3_gld23k_train.csv")
     modes = train.modes_array
     s = profile(train, select_modes("grid", modes, 30, seed=3))
-    phys = fit_ridge(s, reference, replace(RidgeOptions(), time_model="physical"))
+    phys = fit_ridge(s, reference, replace(SUM, time_model="physical"))
     old = fit_ridge(s, reference, REFERENCE_HEAD)
     assert 0.6 < old.stats.time_loo_mape / phys.stats.time_loo_mape < 0.95
-    plain = fit_ridge(s, reference, replace(RidgeOptions(), auto_reference_factor=1.0))
+    plain = fit_ridge(s, reference, replace(SUM, auto_reference_factor=1.0))
     assert plain.stats.time_model == "reference"
-    assert fit_ridge(s, reference).stats.time_model == "physical"
+    assert fit_ridge(s, reference, SUM).stats.time_model == "physical"
