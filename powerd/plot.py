@@ -142,21 +142,23 @@ def inference_front_figure(  # noqa: ANN201 - a Figure
         lats += [r["latency_ms"] for r in rows]
     measured = extra.get("profiled") or []
     if measured and rate > 0:
-        # a measured pair's worst case at this rate, from its p99 batch time
-        def worst(m: dict[str, Any]) -> float:
-            t = m.get("batch_p99_ms") or m["batch_ms"]
-            return (m["batch_size"] - 1) / rate * 1000.0 + t
+        from powerd.optimize.inference import worst_latency_ms
 
+        # a measured pair's worst case at this rate, from its p99 batch time
+        worst = [
+            float(worst_latency_ms(m["batch_size"], rate, m.get("batch_p99_ms") or m["batch_ms"]))
+            for m in measured
+        ]
         ax.scatter(
             [m["power_w"] for m in measured],
-            [worst(m) for m in measured],
+            worst,
             s=30,
             facecolors="none",
             edgecolors="black",
             zorder=3,
             label=f"measured pairs ({len(measured)})",
         )
-        lats += [worst(m) for m in measured]
+        lats += worst
     if stuck:
         ax.scatter([], [], marker="x", color="gray", label="queue does not drain at this rate")
     if budget_w:

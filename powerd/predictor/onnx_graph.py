@@ -20,6 +20,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from powerd.predictor.features import UNIT_SCALE, mode_features
+from powerd.predictor.physical import bottleneck_time
 
 OPSET = 17
 IR_VERSION = 8
@@ -218,10 +219,9 @@ class Head:
         """The physical head's time in ms (before the log): the fitted sum of time terms."""
         t = self.ref_scale * np.exp(np.asarray(y, dtype=np.float64))
         if self.bottleneck:
-            f = mode_features(modes, self.phys_exps)
-            c, g = self.phys_coef, self.phys_groups
-            side = np.maximum(f @ np.where(g == 1, c, 0.0), t + f @ np.where(g == 2, c, 0.0))
-            t = f @ np.where(g == 0, c, 0.0) + side
+            x = np.column_stack([mode_features(modes, self.phys_exps), np.exp(y)])
+            coef = np.append(self.phys_coef, self.ref_scale)
+            t = bottleneck_time(x, coef, self.phys_groups)
         elif self.phys_coef.size:
             t = t + mode_features(modes, self.phys_exps) @ self.phys_coef
         return np.maximum(t, LOG_FLOOR)

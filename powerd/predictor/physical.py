@@ -119,29 +119,34 @@ BOTTLENECK_GROUPS = np.array([0, 2, 0, 1, 1], dtype=np.int64)
 _RESTARTS = 24  # random side assignments tried besides the sum fit's (seeded: deterministic)
 
 
-def sides(x: np.ndarray, coef: np.ndarray, groups: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(CPU side, GPU side) of each row of a design `x` (monomials, then the reference's
-    time column, which belongs to the GPU side), in ms."""
-    g = np.append(groups, 2)
-    c = np.asarray(coef, dtype=np.float64)
-    return x @ np.where(g == 1, c, 0.0), x @ np.where(g == 2, c, 0.0)
+def _parts(
+    x: np.ndarray, coef: np.ndarray, groups: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(outside the max, CPU side, GPU side) of each row of a design `x` (monomials, then the
+    reference's time column, which belongs to the GPU side), in ms."""
+    g, c = _column_groups(groups), np.asarray(coef, dtype=np.float64)
+    return x @ np.where(g == 0, c, 0.0), x @ np.where(g == 1, c, 0.0), x @ np.where(g == 2, c, 0.0)
+
+
+def _column_groups(groups: np.ndarray) -> np.ndarray:
+    """The group of each design column: the terms', then the reference's time (GPU side)."""
+    return np.append(groups, 2)
 
 
 def bottleneck_time(x: np.ndarray, coef: np.ndarray, groups: np.ndarray) -> np.ndarray:
-    g = np.append(groups, 2)
-    a, b = sides(x, coef, groups)
-    return x @ np.where(g == 0, np.asarray(coef, dtype=np.float64), 0.0) + np.maximum(a, b)
+    outside, cpu, gpu = _parts(x, coef, groups)
+    return outside + np.maximum(cpu, gpu)
 
 
 def dominant_design(x: np.ndarray, coef: np.ndarray, groups: np.ndarray) -> np.ndarray:
     """`x` with each row's slower side kept and the other side's columns zeroed: the linear
     model the bottleneck form is at these rows (for its leave-one-out residuals)."""
-    a, b = sides(x, coef, groups)
-    return _masked(x, a >= b, groups)
+    _, cpu, gpu = _parts(x, coef, groups)
+    return _masked(x, cpu >= gpu, groups)
 
 
 def _masked(x: np.ndarray, cpu_bound: np.ndarray, groups: np.ndarray) -> np.ndarray:
-    g = np.append(groups, 2)
+    g = _column_groups(groups)
     xm = np.array(x, dtype=np.float64, copy=True)
     xm[np.ix_(cpu_bound, g == 2)] = 0.0
     xm[np.ix_(~cpu_bound, g == 1)] = 0.0
@@ -156,8 +161,8 @@ def fit_bottleneck(x: np.ndarray, time_ms: np.ndarray, groups: np.ndarray) -> np
     t = np.asarray(time_ms, dtype=np.float64)
     k = len(t)
     rng = np.random.default_rng(k)
-    a0, b0 = sides(x, fit_weights(x, t), groups)
-    starts = [a0 >= b0] + [rng.random(k) < 0.5 for _ in range(_RESTARTS)]
+    _, cpu, gpu = _parts(x, fit_weights(x, t), groups)
+    starts = [cpu >= gpu] + [rng.random(k) < 0.5 for _ in range(_RESTARTS)]
     best_err, best = np.inf, np.zeros(x.shape[1])
     seen: set[bytes] = set()
     for cpu_bound in starts:
@@ -170,6 +175,6 @@ def fit_bottleneck(x: np.ndarray, time_ms: np.ndarray, groups: np.ndarray) -> np
             err = float(np.mean((bottleneck_time(x, coef, groups) / t - 1.0) ** 2))
             if err < best_err - 1e-12:
                 best_err, best = err, coef
-            a, b = sides(x, coef, groups)
-            cpu_bound = a >= b
+            _, cpu, gpu = _parts(x, coef, groups)
+            cpu_bound = cpu >= gpu
     return best

@@ -745,7 +745,7 @@ def fit_heads(
         summed = _trimmed(fit_physical, len(ti), opts.time_floor, opts)
         candidates.append(summed)
         factors.append(1.0)
-        if opts.bottleneck_factor > 0 and len(ti) >= 3:
+        if opts.bottleneck_factor > 0:
             # on the samples the sum form kept: the max can fit a gross outlier on a side of
             # its own, so it does not show up in its own leave-one-out residuals
             keep = summed[3]
