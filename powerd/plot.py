@@ -42,17 +42,30 @@ def _time_axis(ax: Any, values: list[float]) -> None:
     ax.yaxis.set_major_formatter(FuncFormatter(_plain_ms))
 
 
-def pareto_figure(reply: Any, budget_w: float | None = None):  # noqa: ANN201 - a Figure
-    """The figure for a `pareto` reply; `budget_w` when the reply carries no budget."""
+def _axes() -> tuple[Any, Any]:
+    """(figure, axes) of one plot, drawn off-screen (Agg: no display needed)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
+    return fig, ax
+
+
+def _finished(fig: Any, ax: Any) -> Any:
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def pareto_figure(reply: Any, budget_w: float | None = None):  # noqa: ANN201 - a Figure
+    """The figure for a `pareto` reply; `budget_w` when the reply carries no budget."""
     rows = reply.rows
     extra = reply.extra or {}
     budget = extra.get("budget_w", budget_w)
-    fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
+    fig, ax = _axes()
     ax.plot(
         [r["power_w"] for r in rows],
         [r["time_ms"] for r in rows],
@@ -90,10 +103,7 @@ def pareto_figure(reply: Any, budget_w: float | None = None):  # noqa: ANN201 - 
     ax.set_ylabel("time per step (ms)")
     _time_axis(ax, times)
     ax.set_title(f"{reply.workload}: predicted time vs power")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    return fig
+    return _finished(fig, ax)
 
 
 def inference_front_figure(  # noqa: ANN201 - a Figure
@@ -102,16 +112,13 @@ def inference_front_figure(  # noqa: ANN201 - a Figure
     """The figure for an inference `pareto` reply (`--kind inference --rate R`): per batch
     size, the predicted worst-case latency against power of its front; pairs whose queue
     would not drain at R as crosses; the measured pairs at R; the budget and latency lines."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     extra = reply.extra or {}
     rate = float(extra.get("rate_hz") or 0.0)
-    fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
+    fig, ax = _axes()
     sizes = sorted({int(r["batch_size"]) for r in reply.rows})
-    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    from matplotlib import rcParams
+
+    colors = rcParams["axes.prop_cycle"].by_key()["color"]
     color = {b: colors[i % len(colors)] for i, b in enumerate(sizes)}
     lats: list[float] = []
     stuck = False
@@ -169,10 +176,7 @@ def inference_front_figure(  # noqa: ANN201 - a Figure
     ax.set_ylabel("worst-case latency (ms)")
     _time_axis(ax, lats + ([latency_ms] if latency_ms else []))
     ax.set_title(f"{reply.workload}: predicted latency vs power at {rate:g} requests/s")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    return fig
+    return _finished(fig, ax)
 
 
 def _save(fig: Any, path: str) -> None:
