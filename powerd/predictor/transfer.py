@@ -15,8 +15,8 @@ Two methods, both ending in a self-contained ONNX model (modes -> time_ms, power
   time goes elsewhere (inference at batch size 1: launch-bound on one CPU thread) needs
   the samples to say which resource dominates; a rescaled reference cannot (time MAPE
   over every mode of ResNet-18 inference at batch size 1, from the strategy's own profiled
-  modes: 11.9 % mean, 8.8 % median over budgets, instead of 43.9 / 22.4 %; README
-  "Prediction accuracy"). ~20-150 ms per fit, no torch.
+  modes: 11.9 % mean, 8.8 % median over budgets, instead of 43.9 / 22.4 %;
+  docs/experiments.md "Prediction accuracy"). ~20-150 ms per fit, no torch.
 * ``"torch-finetune"`` (default of :func:`fit_workload`): every layer of the reference
   ensemble fine-tuned with torch in a worker subprocess
   (:mod:`powerd.predictor.finetune_worker`) on the samples the ridge did not flag as

@@ -50,7 +50,7 @@ def test_changes_rarely_land_far_from_the_best_mode(nano_sweeps) -> None:
     # Measured: 2 of these 40 draws put a budget over 1.6x the best mode's step time
     # (5 of 40 before aborted windows bounded the power fit); 18 of 200 draws, worst
     # 1.92x. The four modes of a change cannot always undo a model fitted on 9 W samples
-    # that never moved the GPU clock (README "How well it decides").
+    # that never moved the GPU clock (docs/experiments.md, "Session 7").
     far = [s for s in nano_sweeps if any(r.penalty > 0.6 for r in s.rows)]
     assert len(far) <= 3, [[(r.budget_w, round(r.penalty, 2)) for r in s.rows] for s in far]
     worst = max(r.penalty for s in nano_sweeps for r in s.rows)
