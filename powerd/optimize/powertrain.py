@@ -24,67 +24,29 @@ the samples are shared, so a new budget re-uses everything measured for earlier 
               mode is training, not overhead). Each is measured (aborted over budget as
               any), then the fastest measured mode that fits is committed again.
 
-Why these pieces (replayed on the visible traces with the bundled reference and the ridge
-transfer, see tools/strategy_replay.py):
-* the transferred model misses by ~3-5% in time and ~0.5 W in power near the front: a
+Why these pieces (chosen by replaying the visible traces with the bundled reference and the
+ridge transfer, tools/strategy_replay.py; the figures behind each are in docs/experiments.md,
+"The powertrain strategy's knobs"):
+* the transferred model misses by ~3-5 % in time and ~0.5 W in power near the front: a
   mode picked on predictions alone is often over budget or not the fastest, hence the
   measured commit, the refit after every pick, and a score that weighs gain by the chance
   to fit;
-* a refit (the ridge transfer) ignores aborted windows, so its power model never learns
-  from over-budget picks; the residual correction here (the shrunk mean residual, a bias
-  the model keeps, plus a kernel average of the rest) does use their power, and a mode at
-  or above (in every knob) one measured over the budget is not proposed again. Without
-  both, a sweep could spend all its profiling room on over-budget picks;
-* in-sample residuals of a fit are far smaller than its misses on new modes: the doubt
-  that sets the chance to fit comes from the model's recorded out-of-sample misses;
-* the workload's first budget has `max_modes` of room: a pick must promise more gain as
-  that room empties; each budget change after it gets `change_modes` more modes of its
-  own (so a set_budget can always measure and verify its pick, however many budgets came
-  before), and each further pick on the same budget must promise more than the last.
-  Exactly `change_modes` per change, not the first budget's leftovers: replayed over
-  each trace's own power range in a mixed budget order (2 noise seeds, in-sample
-  traces), that costs some mean penalty against letting changes use the leftover room
-  (MobileNet training 13.5 -> 13.0 %, ResNet-18 inference at batch 1 8.0 -> 10.3 %,
-  Orin Nano 6.8 -> 10.5 %, with the first-budget knobs below), but keeps every change's
-  profiling cost bounded. A change measures picks only, no seeds: spent on seeds, the 4
-  modes of a step up from a low first budget found nothing better (MobileNet 17 -> 24 W:
-  66.7 % penalty; on picks: 3.6 %; the mixed sweep's mean: Nano 10.5 -> 6.3 %, MobileNet
-  13.0 -> 13.2 %, ResNet-18 inference 10.3 -> 12.3 %);
-* but most jobs keep the budget they asked for: the workload's first budget may spend
-  all its room on picks (`first_room_share`), with no escalation and a low bar on the
-  chance to fit (0.15). Replayed one budget per fresh workload over each trace's own
-  range, 0.3 / 0.3 -> 1.0 / 0.15 took the median / mean penalty from 3.8 / 7.6 % to
-  0.7 / 5.3 % (Orin Nano) and the mean from 10.1 to 9.5 % (MobileNet training), ResNet-18
-  inference unchanged (~1 / 5.5 %), at ~1 more probe per budget.
-
-* measuring after the commit (refine) with the room of the budget it serves (the first
-  budget's max_modes, a change's change_modes), replayed over each trace's own range
-  (seeds 0,1, in-sample traces, room 50 per job), mean penalty without -> with: one new
-  workload per budget MobileNet training 9.5 -> 9.2 %, Orin Nano 5.3 -> 5.2 %, ResNet-18
-  inference at batch 1 5.5 -> 1.5 % (worst 6.1 %); one workload, mixed order 13.2 ->
-  11.2 %, 6.3 -> 7.1 %, 12.3 -> 6.2 %. refine_gain 0.003 -> 0.001 gained in the mixed
-  order (11.1 / 8.6 / 11.7 -> 11.2 / 7.1 / 6.2 %) and was even when fresh. What is left
-  in MobileNet training and Orin Nano is mostly budgets whose best traced row is a glitch
-  (see replay.inconsistent_rows): against the best row that is not one, their means are
-  ~3 %.
-
-* Off by default: the fitted model's own intervals as a per-mode floor on the doubt
-  (`interval_doubt_time/_power`, calibrated by the recorded misses, in budget changes and
-  refine only: `interval_scope` 1). Seen in the replays: after a low first budget, every
-  sample of ResNet-18 inference at batch 1 sat at the 665 MHz EMC clock; the refit read
-  the 2133 MHz modes ~4 W high with a doubt of ~0.8 W, so the fastest modes under 19-21 W
-  were never measured (14-22 % penalty); their intervals (about 17.5-28 W) allowed them.
-  Replayed (seeds 0,1, in-sample traces), on vs off, mean penalty: with measuring after
-  the commit (--refine 50), mixed order MobileNet training 11.2 -> 10.8 % (over > 0.5 W
-  3.1 -> 1.6 %), Orin Nano 3.4 -> 2.0 %, ResNet-18 inference 4.2 -> 3.1 % (worst 23.6 ->
-  15.4 %), fresh even or better (0.4 -> 0.0 % ResNet-18) at up to ~2 more modes per
-  budget; but without it (--refine 0), mixed order MobileNet 12.9 -> 13.1 % (over 1.6 ->
-  3.1 %), Orin Nano worst 18.3 -> 28.6 %. Seeds 2,3, mixed order: --refine 0 MobileNet
-  13.7 -> 13.5 %, Orin Nano 10.9 -> 7.4 %, ResNet-18 inference 2.7 -> 1.7 %; --refine 50
-  13.2 -> 11.4 %, 4.1 -> 3.1 %, 3.3 -> 3.9 %; fresh, --refine 50: 9.4 -> 9.1 %,
-  5.9 -> 6.5 %, 0.6 -> 0.6 %; a change measures up to ~1 more mode. Not
-  on by default: it raises modes used and, in one regime, budgets over. Everywhere
-  (scope 0), uncalibrated, power or time only, or refine only (scope 2) were worse.
+* a refit does not learn from aborted (over-budget) windows the way a measurement does: the
+  residual correction here uses their power, and a mode at or above (in every knob) one
+  measured over the budget is not proposed again, so a sweep cannot spend its room on
+  over-budget picks;
+* in-sample residuals are far smaller than a fit's misses on new modes: the doubt that sets
+  the chance to fit comes from the model's recorded out-of-sample misses;
+* the first budget has `max_modes` of room, a pick must promise more as it empties; each
+  budget change gets exactly `change_modes` modes of its own, spent on picks, not seeds, so
+  a set_budget can always measure and verify its pick however many budgets came before;
+* most jobs keep the budget they asked for: the first budget may spend all its room on
+  picks (`first_room_share`), with a low bar on the chance to fit;
+* measuring after the commit (refine) is training on a near-optimal mode, not overhead;
+  it is bounded by the room of the budget it serves;
+* the fitted model's intervals as a per-mode floor on the doubt (`interval_doubt_*`) are
+  off by default: they helped where samples bunched in one region, but raised the modes
+  used and, in one regime, the budgets over.
 
 Caps: at most `max_modes` distinct modes profiled for the workload's first budget, at most
 `change_modes` more per budget change after it, and at most `picks_per_budget` picks per
