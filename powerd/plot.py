@@ -28,7 +28,7 @@ def chosen_point(rows: list[dict[str, Any]], extra: dict[str, Any], budget_w: fl
     return min(within, key=lambda r: r["time_ms"]), "predicted pick within the budget"
 
 
-def _time_axis(ax: Any, values: list[float]) -> None:
+def time_axis(ax: Any, values: list[float]) -> None:
     """Plain-ms ticks; a log axis (1-2-5) when the values span more than a decade."""
     from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormatter
 
@@ -101,7 +101,7 @@ def pareto_figure(reply: Any, budget_w: float | None = None):  # noqa: ANN201 - 
     times = [r["time_ms"] for r in rows + profiled if r["time_ms"] > 0]
     ax.set_xlabel("board power (W)")
     ax.set_ylabel("time per step (ms)")
-    _time_axis(ax, times)
+    time_axis(ax, times)
     ax.set_title(f"{reply.workload}: predicted time vs power")
     return _finished(fig, ax)
 
@@ -174,7 +174,7 @@ def inference_front_figure(  # noqa: ANN201 - a Figure
         ax.axhline(latency_ms, color="tab:green", ls="--", lw=1, label=f"latency {latency_ms:g} ms")
     ax.set_xlabel("board power while a batch runs (W)")
     ax.set_ylabel("worst-case latency (ms)")
-    _time_axis(ax, lats + ([latency_ms] if latency_ms else []))
+    time_axis(ax, lats + ([latency_ms] if latency_ms else []))
     ax.set_title(f"{reply.workload}: predicted latency vs power at {rate:g} requests/s")
     return _finished(fig, ax)
 

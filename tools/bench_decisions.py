@@ -26,6 +26,10 @@ the budgets' models) and the share of true values inside the predicted intervals
 time to the first committed mode (from the job's start, emulated seconds at the time
 scale).
 
+`--plot FILE.png` draws the sweep: the pinned mode's true step time against the best mode
+under each budget (and the best among rows that are no glitch), and the pinned mode's true
+power against the budget.
+
 Each trace is labelled in-sample (the strategy's knobs were tuned by replaying it) or
 held-out (never used for tuning: its figures are the honest ones); see HELD_OUT.
 """
@@ -51,6 +55,7 @@ from powerd.sim.job import run_training_job  # noqa: E402
 from powerd.sim.trace import Trace  # noqa: E402
 from powerd.store import Store  # noqa: E402
 from powerd_replay.machine import load_note  # noqa: E402
+from powerd_replay.plots import BudgetOutcome, save_decisions_plot  # noqa: E402
 from powerd_replay.training import (  # noqa: E402
     consistent_best_time,
     inconsistent_rows,
@@ -90,7 +95,17 @@ def main() -> int:
         "refine_share of them after its first commit); 0: unknown length",
     )
     ap.add_argument("--expected-steps", type=int, help="give expected_steps directly instead")
+    ap.add_argument(
+        "--plot",
+        metavar="FILE.png",
+        help="also draw the sweep: pinned vs best step time and the pinned power per budget",
+    )
     args = ap.parse_args()
+    if args.plot:
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            ap.error("--plot needs matplotlib (pip install 'powerd[plot]')")
 
     trace = load_trace(args.trace, args.batch_size)
     length = ""
@@ -164,6 +179,14 @@ def main() -> int:
                     consistent=row.time_ms / consistent_best_time(trace, b, bad) - 1,
                     over=row.power_w - b,
                     decide_s=run.tuned_after_s or 0.0,
+                    outcome=BudgetOutcome(
+                        budget_w=b,
+                        pinned_ms=row.time_ms,
+                        pinned_w=row.power_w,
+                        first_ms=trace.lookup(first_mode).time_ms,
+                        best_ms=best.time_ms,
+                        regular_best_ms=consistent_best_time(trace, b, bad),
+                    ),
                 )
             )
             print(
@@ -194,6 +217,10 @@ def main() -> int:
     if not rows:
         return 1
     report(args, trace, budgets, rows, status, workloads, mape, int(bad.sum()))
+    if args.plot:
+        title = f"{trace.name} ({sample_label(trace.name)}), {regime}, {args.strategy}"
+        save_decisions_plot([r["outcome"] for r in rows], title, args.plot)
+        print(f"plot:                     {args.plot}")
     print(f"wall time:                {time.monotonic() - t_start:.0f} s")
     print(load_note("at the end (this benchmark included)", own=1.0))
     return 0
