@@ -47,6 +47,7 @@ from powerd.predictor.reference import ReferenceModel  # noqa: E402
 from powerd.predictor.sampling import select_modes  # noqa: E402
 from powerd.predictor.transfer import RidgeOptions, Samples, fit_ridge  # noqa: E402
 from powerd.sim.trace import TRACE_DIR, Trace  # noqa: E402
+from powerd_replay.knobs import knob_values  # noqa: E402
 from powerd_replay.training import (  # noqa: E402
     HELD_OUT,
     GridSpace,
@@ -156,6 +157,9 @@ def main() -> int:
     ap.add_argument("--held-out", action="store_true", help="also the held-out trace")
     ap.add_argument("--only-held-out", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--traces", help="comma-separated file names (default: the visible ones)")
+    ap.add_argument(
+        "--ridge", action="append", default=[], help="RidgeOptions override, e.g. power_log=1"
+    )
     args = ap.parse_args()
 
     growths = [
@@ -193,7 +197,7 @@ def main() -> int:
             continue
         label = "held-out" if held else "in-sample"
         for tm in args.time_model.split(","):
-            opts = replace(RidgeOptions(), time_model=tm)
+            opts = replace(RidgeOptions(**knob_values(args.ridge)), time_model=tm)
             for design in args.designs.split(","):
                 for k in [0] if design == "strategy" else ks:
                     sets = [s for sd in seeds for s in sample_sets(trace, ref, opts, design, k, sd)]

@@ -32,7 +32,6 @@ import argparse
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -42,6 +41,7 @@ sys.path.insert(0, str(REPO))
 from powerd.modes import FIELDS  # noqa: E402
 from powerd.optimize import STRATEGIES, make_strategy  # noqa: E402
 from powerd.sim.trace import TRACE_DIR, Trace  # noqa: E402
+from powerd_replay.knobs import knob_values  # noqa: E402
 from powerd_replay.training import (  # noqa: E402
     HELD_OUT,
     GridSpace,
@@ -106,18 +106,6 @@ def run(strategy: str, trace: Trace, args: argparse.Namespace, seed: int) -> Swe
 def knobs(args: argparse.Namespace) -> dict[str, float]:
     """--set key=value pairs (numbers) for the strategy's Tuning."""
     return knob_values(args.set)
-
-
-def knob_values(pairs: Sequence[str]) -> dict[str, Any]:
-    """Pairs "key=value": numbers as numbers, anything else as a string."""
-    out: dict[str, Any] = {}
-    for kv in pairs:
-        k, v = kv.split("=", 1)
-        try:
-            out[k] = float(v) if "." in v or "e" in v else int(v)
-        except ValueError:
-            out[k] = v
-    return out
 
 
 def parse_budgets(text: str) -> list[float]:

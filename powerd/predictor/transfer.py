@@ -156,10 +156,10 @@ class RidgeOptions:
     # to the samples), the activations then correct it; "reference": the reference's log
     # time itself (the first releases' head); "auto": whichever of the two has the lower
     # leave-one-out error on the samples (two fits), see auto_reference_factor. Measured
-    # by tools/bench_prediction.py and README "Prediction accuracy": "physical" predicts
-    # best overall, but on GPU-bound training (MobileNet v3) it reads the core count as
-    # nearly free and the picks drift to 2-core modes; the reference head (a rescaled
-    # GPU-bound corpus) ranks those modes right.
+    # by tools/bench_prediction.py (docs/experiments.md, "Prediction accuracy"):
+    # "physical" predicts best overall, but on GPU-bound training (MobileNet v3) it reads
+    # the core count as nearly free and the picks drift to 2-core modes; the reference
+    # head (a rescaled GPU-bound corpus) ranks those modes right.
     time_model: str = "auto"
     # "auto" keeps the reference head only when its leave-one-out error (mean squared log
     # ratio) is below the physical head's times this factor. Replayed (in-sample traces,
