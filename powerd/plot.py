@@ -42,20 +42,22 @@ def time_axis(ax: Any, values: list[float]) -> None:
     ax.yaxis.set_major_formatter(FuncFormatter(_plain_ms))
 
 
-def _axes() -> tuple[Any, Any]:
-    """(figure, axes) of one plot, drawn off-screen (Agg: no display needed)."""
+def new_figure(nrows: int = 1, height: float = 4.5, **subplots: Any) -> tuple[Any, Any]:
+    """(figure, axes) drawn off-screen (Agg: no display needed); one axes, or an array of
+    `nrows` stacked ones."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
-    return fig, ax
+    return plt.subplots(nrows, 1, figsize=(7, height), dpi=120, **subplots)
 
 
-def _finished(fig: Any, ax: Any) -> Any:
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8)
+def finished(fig: Any, *axes: Any) -> Any:
+    """The common finish: a light grid and a small legend on each axes, a tight layout."""
+    for ax in axes:
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8)
     fig.tight_layout()
     return fig
 
@@ -65,7 +67,7 @@ def pareto_figure(reply: Any, budget_w: float | None = None):  # noqa: ANN201 - 
     rows = reply.rows
     extra = reply.extra or {}
     budget = extra.get("budget_w", budget_w)
-    fig, ax = _axes()
+    fig, ax = new_figure()
     ax.plot(
         [r["power_w"] for r in rows],
         [r["time_ms"] for r in rows],
@@ -103,7 +105,7 @@ def pareto_figure(reply: Any, budget_w: float | None = None):  # noqa: ANN201 - 
     ax.set_ylabel("time per step (ms)")
     time_axis(ax, times)
     ax.set_title(f"{reply.workload}: predicted time vs power")
-    return _finished(fig, ax)
+    return finished(fig, ax)
 
 
 def inference_front_figure(  # noqa: ANN201 - a Figure
@@ -114,7 +116,7 @@ def inference_front_figure(  # noqa: ANN201 - a Figure
     would not drain at R as crosses; the measured pairs at R; the budget and latency lines."""
     extra = reply.extra or {}
     rate = float(extra.get("rate_hz") or 0.0)
-    fig, ax = _axes()
+    fig, ax = new_figure()
     sizes = sorted({int(r["batch_size"]) for r in reply.rows})
     from matplotlib import rcParams
 
@@ -176,10 +178,10 @@ def inference_front_figure(  # noqa: ANN201 - a Figure
     ax.set_ylabel("worst-case latency (ms)")
     time_axis(ax, lats + ([latency_ms] if latency_ms else []))
     ax.set_title(f"{reply.workload}: predicted latency vs power at {rate:g} requests/s")
-    return _finished(fig, ax)
+    return finished(fig, ax)
 
 
-def _save(fig: Any, path: str) -> None:
+def save(fig: Any, path: str) -> None:
     import matplotlib.pyplot as plt
 
     fig.savefig(path)
@@ -195,11 +197,11 @@ def _need_matplotlib() -> None:
 
 def plot_pareto(reply: Any, path: str, budget_w: float | None = None) -> None:
     _need_matplotlib()
-    _save(pareto_figure(reply, budget_w), path)
+    save(pareto_figure(reply, budget_w), path)
 
 
 def plot_inference_front(
     reply: Any, path: str, budget_w: float | None = None, latency_ms: float | None = None
 ) -> None:
     _need_matplotlib()
-    _save(inference_front_figure(reply, budget_w, latency_ms), path)
+    save(inference_front_figure(reply, budget_w, latency_ms), path)

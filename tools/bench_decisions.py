@@ -165,8 +165,9 @@ def main() -> int:
                 continue
             row = trace.lookup(run.final_mode)
             pen = row.time_ms / best.time_ms - 1
-            first_mode = run.first_tuned_mode or run.final_mode
-            pen1 = trace.lookup(first_mode).time_ms / best.time_ms - 1
+            first_ms = trace.lookup(run.first_tuned_mode or run.final_mode).time_ms
+            pen1 = first_ms / best.time_ms - 1
+            regular_ms = consistent_best_time(trace, b, bad)
             m = run.final_mode
             desc = f"{m.cores}/{m.cpu_khz // 1000}/{m.gpu_hz // 10**6}/{m.emc_hz // 10**6}"
             rows.append(
@@ -176,16 +177,16 @@ def main() -> int:
                     new=seen - before,
                     penalty=pen,
                     first_penalty=pen1,
-                    consistent=row.time_ms / consistent_best_time(trace, b, bad) - 1,
+                    consistent=row.time_ms / regular_ms - 1,
                     over=row.power_w - b,
                     decide_s=run.tuned_after_s or 0.0,
                     outcome=BudgetOutcome(
                         budget_w=b,
                         pinned_ms=row.time_ms,
                         pinned_w=row.power_w,
-                        first_ms=trace.lookup(first_mode).time_ms,
+                        first_ms=first_ms,
                         best_ms=best.time_ms,
-                        regular_best_ms=consistent_best_time(trace, b, bad),
+                        regular_best_ms=regular_ms,
                     ),
                 )
             )

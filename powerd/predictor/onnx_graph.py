@@ -217,13 +217,14 @@ class Head:
 
     def physical(self, y: np.ndarray, modes: np.ndarray) -> np.ndarray:
         """The physical head's time in ms (before the log): the fitted sum of time terms."""
-        t = self.ref_scale * np.exp(np.asarray(y, dtype=np.float64))
+        ref = np.exp(np.asarray(y, dtype=np.float64))
         if self.bottleneck:
-            x = np.column_stack([mode_features(modes, self.phys_exps), np.exp(y)])
-            coef = np.append(self.phys_coef, self.ref_scale)
-            t = bottleneck_time(x, coef, self.phys_groups)
-        elif self.phys_coef.size:
-            t = t + mode_features(modes, self.phys_exps) @ self.phys_coef
+            x = np.column_stack([mode_features(modes, self.phys_exps), ref])
+            t = bottleneck_time(x, np.append(self.phys_coef, self.ref_scale), self.phys_groups)
+        else:
+            t = self.ref_scale * ref
+            if self.phys_coef.size:
+                t = t + mode_features(modes, self.phys_exps) @ self.phys_coef
         return np.maximum(t, LOG_FLOOR)
 
     def ref_input(self, y: np.ndarray, modes: np.ndarray | None = None) -> np.ndarray:

@@ -25,18 +25,11 @@ def decisions_figure(outcomes: Sequence[BudgetOutcome], title: str) -> Any:
     """Two panels over the budgets: true step time of the pinned mode against the best mode
     under each budget (log time when it spans a decade), and how far the pinned mode's true
     power is from the budget."""
-    import matplotlib
-
-    matplotlib.use("Agg")  # off-screen: no display needed
-    import matplotlib.pyplot as plt
-
-    from powerd.plot import time_axis
+    from powerd.plot import finished, new_figure, time_axis
 
     rows = sorted(outcomes, key=lambda o: o.budget_w)
     b = [o.budget_w for o in rows]
-    fig, (ax_t, ax_p) = plt.subplots(
-        2, 1, sharex=True, figsize=(7, 6), dpi=120, gridspec_kw={"height_ratios": [3, 2]}
-    )
+    fig, (ax_t, ax_p) = new_figure(2, 6, sharex=True, gridspec_kw={"height_ratios": [3, 2]})
     ax_t.plot(b, [o.best_ms for o in rows], "-", color="0.3", label="best mode under the budget")
     ax_t.plot(
         b,
@@ -65,16 +58,10 @@ def decisions_figure(outcomes: Sequence[BudgetOutcome], title: str) -> Any:
     ax_p.set_ylim(min(-2.0, min(over) - 0.3), max(1.0, max(over) + 0.3))
     ax_p.set_xlabel("power budget (W)")
     ax_p.set_ylabel("true power - budget (W)")
-    for ax in (ax_t, ax_p):
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=8)
-    fig.tight_layout()
-    return fig
+    return finished(fig, ax_t, ax_p)
 
 
 def save_decisions_plot(outcomes: Sequence[BudgetOutcome], title: str, path: str) -> None:
-    import matplotlib.pyplot as plt
+    from powerd.plot import save
 
-    fig = decisions_figure(outcomes, title)
-    fig.savefig(path)
-    plt.close(fig)
+    save(decisions_figure(outcomes, title), path)
