@@ -12,7 +12,7 @@ that looks within budget only because idle gaps were averaged in.
 
 Rate changes (`set_rate`, or an observed arrival rate off by `rate_drift` for
 `rate_drift_s`) re-solve from what is measured: no new pair is profiled while a measured
-pair fits the new goal.
+pair fits the new goal, and a few (RESOLVE_MAX_PAIRS) when none does.
 
 Measured pairs are kept per workload in an `InferenceSamples` owned by the control loop
 (so a planner change, e.g. interleaving starting and ending, keeps them) and persisted as
@@ -35,7 +35,6 @@ import numpy as np
 from powerd.modes import PowerMode
 from powerd.optimize.base import Measurement
 from powerd.optimize.inference import (
-    RESOLVE_NEW_PAIRS,
     InferenceGoal,
     InferencePlanner,
     InferenceSession,
@@ -140,6 +139,20 @@ class InferenceSamples:
 # ---- measuring one pair -----------------------------------------------------------------------
 
 
+def in_batch_power(readings: Sequence[float]) -> float:
+    """The mean of a pair's in-batch power readings, without those far below the rest.
+
+    A reading inside a batch may still show the idle gap before it (a late sensor update):
+    such readings only ever lie low, while the sensor's noise is symmetric. Dropping the
+    readings more than 3 robust sigmas below the median removes them and leaves the mean
+    unbiased; a high quantile would also drop them but read every pair ~1 sigma high, and
+    turn away pairs that fit the budget."""
+    w = np.asarray(readings, dtype=float)
+    med = float(np.median(w))
+    sigma = max(1.4826 * float(np.median(np.abs(w - med))), 0.005 * abs(med))
+    return float(np.mean(w[w >= med - 3.0 * sigma]))
+
+
 @dataclass
 class PairWindow:
     pair: Pair
@@ -174,11 +187,7 @@ class PairWindow:
             if k < len(self.batches) and self.batches[k][0] + lag_s <= t <= self.batches[k][1]:
                 inside.append(w)
         if len(inside) >= MIN_POWER_SAMPLES:
-            short = float(np.median(d)) < 2000.0 * lag_s
-            # Batches shorter than two sensor periods: a reading inside one may still show
-            # the idle gap before it (a late sensor update), which only ever pulls the mean
-            # down; a high quantile keeps the budget safe at ~1 noise sigma of cost.
-            pw = float(np.percentile(inside, 90) if short else np.mean(inside))
+            pw = in_batch_power(inside)
         elif samples:
             pw = float(max(w for _, w in samples))  # conservative: batches too short to see
         else:
@@ -570,9 +579,7 @@ class InferenceJobsPlanner:
             rate,
             why,
         )
-        job.session.set_rate(rate)
-        # no new profiling for a rate change while a measured pair fits (see the module doc)
-        job.session.new_pairs = RESOLVE_NEW_PAIRS
+        job.session.set_rate(rate)  # no new pair while a measured one fits (module doc)
         job.resolves += 1
         job.drift_since = None
         self.serving.pop(job.spec.id, None)
@@ -780,7 +787,6 @@ class InferenceJobsPlanner:
             job = self.jobs.get(i)
             if job is not None:
                 job.session.set_rate(job.session.goal.rate_hz)  # a re-solve, not a search
-                job.session.new_pairs = RESOLVE_NEW_PAIRS
                 self.serving.pop(i, None)
         self.joint_ids, self.joint_served, self.joint_windows = (), None, None
         self._joint_key = None

@@ -19,11 +19,13 @@ serves the lowest worst-case latency under the budget and says so (``feasible=Fa
 ``best_latency_ms``).
 
 Because the plan is re-derived from the samples, a rate change re-solves from what is
-measured and fitted; it asks for a measurement only when the new pick was never measured.
-`max_pairs` bounds the first goal's search; a re-solve (a later goal: new rate, budget or
-latency target) measures at most RESOLVE_NEW_PAIRS pairs while a measured pair fits, else at
-most RESOLVE_MAX_PAIRS, even past `max_pairs` (like training's few more per budget change),
-and with no measured pair that drains it first probes the pair predicted to drain best.
+measured and fitted. `max_pairs` bounds the first goal's search; a re-solve (a later goal)
+has a budget of its own, even past `max_pairs` (like training's few more per budget change).
+While a measured pair fits the new goal, a rate change measures nothing (RATE_NEW_PAIRS) and
+a budget or latency change at most RESOLVE_NEW_PAIRS pairs, to verify a better predicted
+pick. With no measured pair fitting, either measures up to RESOLVE_MAX_PAIRS, first probing
+the pair predicted to drain best when no measured pair drains: serving a goal it could meet
+beats a re-solve that measures nothing.
 """
 
 from __future__ import annotations
@@ -38,8 +40,10 @@ import numpy as np
 from powerd.modes import PowerMode
 
 DRAIN_FRACTION = 0.9  # t_inf <= 0.9 * b/r: the queue drains despite jitter
-# Pairs a re-solve may measure: the model's pick, and one more if that pick fails.
+# Pairs a re-solve may measure while a measured pair fits its goal: the model's pick, and one
+# more if that pick fails. A rate change serves the measured fit pair as it is.
 RESOLVE_NEW_PAIRS = 2
+RATE_NEW_PAIRS = 0
 # Pairs a re-solve may measure when no measured pair fits its goal (past max_pairs too).
 RESOLVE_MAX_PAIRS = 4
 
@@ -431,8 +435,8 @@ class InferencePlanner:
 class InferenceSession:
     """One inference job's goal over time, on top of the workload's planner: what the
     daemon's inference planner keeps per job. It counts the pairs measured since the goal
-    last changed, so that a rate or budget change is a *re-solve* (RESOLVE_NEW_PAIRS at most
-    while a measured pair fits) and the first goal is a full search.
+    last changed, so that a later goal is a *re-solve* with its own small budget of pairs
+    (see the module docstring) and the first goal is a full search.
 
         session = InferenceSession(planner, InferenceGoal(30, 15, 100))
         action = session.next_action(samples)      # MeasurePair | ServePair
@@ -444,13 +448,12 @@ class InferenceSession:
         self.planner = planner
         self.goal = goal
         self.new_pairs = 0
-        # A workload with samples from earlier jobs re-solves from them like a rate change.
-        self._resolving = profiled
+        # A workload with samples from earlier jobs re-solves from them like a budget change.
+        self._limit: int | None = RESOLVE_NEW_PAIRS if profiled else None
         self.served: ServePair | None = None
 
     def next_action(self, samples: Mapping[Pair, PairMeasurement]) -> InferenceAction:
-        limit = RESOLVE_NEW_PAIRS if self._resolving else None
-        action = self.planner.next_action(self.goal, samples, self.new_pairs, limit)
+        action = self.planner.next_action(self.goal, samples, self.new_pairs, self._limit)
         if isinstance(action, ServePair):
             self.served = action
         return action
@@ -458,17 +461,21 @@ class InferenceSession:
     def measured(self, pair: Pair) -> None:
         self.new_pairs += 1
 
-    def _change(self, goal: InferenceGoal) -> None:
+    def _change(self, goal: InferenceGoal, limit: int) -> None:
         self.goal = goal
         self.new_pairs = 0
-        self._resolving = True
+        self._limit = limit
         self.served = None
 
     def set_rate(self, rate_hz: float) -> None:
-        self._change(InferenceGoal(rate_hz, self.goal.budget_w, self.goal.latency_ms))
+        """Serve the new rate from the measured pairs; measure only if none fits it."""
+        self._change(
+            InferenceGoal(rate_hz, self.goal.budget_w, self.goal.latency_ms), RATE_NEW_PAIRS
+        )
 
     def set_budget(self, budget_w: float) -> None:
-        self._change(InferenceGoal(self.goal.rate_hz, budget_w, self.goal.latency_ms))
+        goal = InferenceGoal(self.goal.rate_hz, budget_w, self.goal.latency_ms)
+        self._change(goal, RESOLVE_NEW_PAIRS)
 
 
 def latency_power_front(

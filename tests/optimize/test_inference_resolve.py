@@ -12,6 +12,7 @@ from powerd.optimize.inference import (
     RESOLVE_NEW_PAIRS,
     InferenceGoal,
     InferencePlanner,
+    InferenceSession,
     MeasurePair,
     Pair,
     PairMeasurement,
@@ -75,23 +76,30 @@ def test_a_later_goal_verifies_its_predicted_pick_past_max_pairs() -> None:
     assert isinstance(pl.next_action(goal, first_goal_samples()), ServePair)
 
 
+def test_a_rate_change_serves_a_measured_fit_pair_without_measuring() -> None:
+    samples = first_goal_samples()
+    session = InferenceSession(planner(), InferenceGoal(rate_hz=50, budget_w=20, latency_ms=100))
+    session.set_rate(200)  # g=2, b=1 (measured) fits; the model predicts g=1, b=4 better
+    action = session.next_action(samples)
+    assert isinstance(action, ServePair) and action.feasible and action.pair == pair(2, 1)
+    # a budget change with the same pairs verifies the better predicted pick
+    session.set_budget(19)
+    assert session.next_action(samples) == MeasurePair(pair(1, 4))
+
+
 def test_rate_jump_with_no_draining_pair_probes_the_best_predicted_draining_pair() -> None:
-    pl, samples = planner(), first_goal_samples()
-    goal = InferenceGoal(rate_hz=500, budget_w=20, latency_ms=100)  # no b=1 pair drains
-    assert not any(serves_within_budget(m, goal) for m in samples.values())
-    # A rate change starts with its verification pairs spent (no profiling while one fits).
-    new = RESOLVE_NEW_PAIRS
-    while True:
-        action = pl.next_action(goal, samples, new_pairs=new, new_pairs_limit=RESOLVE_NEW_PAIRS)
-        if isinstance(action, ServePair):
-            break
-        if new == RESOLVE_NEW_PAIRS:
-            # first probe: predicted to drain within the budget and the latency, least power
-            assert action == MeasurePair(pair(2, 4))
+    samples = first_goal_samples()
+    session = InferenceSession(planner(), InferenceGoal(rate_hz=50, budget_w=20, latency_ms=100))
+    session.set_rate(500)  # no b=1 pair drains
+    assert not any(serves_within_budget(m, session.goal) for m in samples.values())
+    probes = []
+    while isinstance(action := session.next_action(samples), MeasurePair):
+        probes.append(action.pair)
         samples[action.pair] = exact(action.pair)
-        new += 1
-    assert new <= RESOLVE_MAX_PAIRS
-    assert action.feasible and serves_within_budget(samples[action.pair], goal)
+        session.measured(action.pair)
+    # first probe: predicted to drain within the budget and the latency, least power
+    assert probes[0] == pair(2, 4) and len(probes) <= RESOLVE_MAX_PAIRS
+    assert action.feasible and serves_within_budget(samples[action.pair], session.goal)
     assert action.pair == pair(2, 4)  # 6.5 ms <= 7.2 ms at 11.4 W
 
 
