@@ -130,7 +130,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--modes", type=int, default=50, help="[profiling] modes (default 50)")
     ap.add_argument("--budgets", help="lo:hi (1 W steps) or a,b,c; default by board")
-    ap.add_argument("--seeds", default="0", help="noise seeds, e.g. 0,1,2 (tables: first)")
+    ap.add_argument(
+        "--seeds",
+        default="0",
+        help="noise seeds, e.g. 0,1,2 (tables: first; --step-time: a line each)",
+    )
     ap.add_argument("--fresh", action="store_true", help="solve every budget from scratch")
     ap.add_argument("--order", default="mixed", choices=("mixed", "up"), help="without --fresh")
     ap.add_argument("--batch-size", type=int, help="inference traces (default: smallest)")
@@ -159,7 +163,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.step_time:
         for strategy in args.strategy or STRATEGIES:
             for trace in traces:
-                print(step_time_line(strategy, trace, args, seeds[0]), flush=True)
+                for seed in seeds:
+                    tag = f" [seed {seed}]" if len(seeds) > 1 else ""
+                    print(step_time_line(strategy, trace, args, seed) + tag, flush=True)
         return 0
     for strategy in args.strategy or STRATEGIES:
         for trace in traces:
