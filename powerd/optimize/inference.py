@@ -469,11 +469,11 @@ class InferenceSession:
 
     def set_rate(self, rate_hz: float) -> None:
         """Serve the new rate from the measured pairs; measure only if none fits it."""
-        self._change(
-            InferenceGoal(rate_hz, self.goal.budget_w, self.goal.latency_ms), RATE_NEW_PAIRS
-        )
+        goal = InferenceGoal(rate_hz, self.goal.budget_w, self.goal.latency_ms)
+        self._change(goal, RATE_NEW_PAIRS)
 
     def set_budget(self, budget_w: float) -> None:
+        """A new budget: may measure RESOLVE_NEW_PAIRS pairs to verify a better pick."""
         goal = InferenceGoal(self.goal.rate_hz, budget_w, self.goal.latency_ms)
         self._change(goal, RESOLVE_NEW_PAIRS)
 
