@@ -34,9 +34,9 @@ import numpy as np
 from powerd.modes import PowerMode
 from powerd.optimize.base import Measurement
 from powerd.optimize.inference import (
-    RATE_NEW_PAIRS,
     InferenceGoal,
     InferencePlanner,
+    InferenceSession,
     Pair,
     PairMeasurement,
 )
@@ -51,8 +51,8 @@ from powerd_replay.inference import (
     judge,
     judge_joint,
     replay_goals,
-    solve_goal,
     solve_joint,
+    solve_session,
     summarise,
 )
 from powerd_replay.machine import load_note
@@ -116,17 +116,16 @@ def inference_alone(method: str, quick: bool) -> None:
         extra, zero, n, after = [], 0, 0, []
         for lat, b in itertools.product(LATENCIES, BUDGETS):
             samples: dict[Pair, PairMeasurement] = {}
+            session = InferenceSession(planner, InferenceGoal(rates[0], b, lat))
             for i, r in enumerate(rates):
-                goal = InferenceGoal(r, b, lat)
-                limit = RATE_NEW_PAIRS if i else None  # as the daemon's set_rate
-                served, probes = solve_goal(
-                    planner, goal, samples, PairMeasurer(trace), new_pairs_limit=limit
-                )
+                if i:
+                    session.set_rate(r)  # the daemon's re-solve, its rule for new pairs
+                served, probes = solve_session(session, samples, PairMeasurer(trace))
                 if i:
                     n += 1
                     extra.append(probes)
                     zero += probes == 0
-                    after.append(judge(trace, goal, served, probes, 0.02))
+                    after.append(judge(trace, session.goal, served, probes, 0.02))
         sa = summarise(after)
         print(
             f"  {'':12s} rate changes: {n}, re-solved with no new pair {pct(100 * zero / n)}, "

@@ -20,8 +20,10 @@ import numpy as np
 from powerd.modes import FIELDS, PowerMode
 from powerd.optimize.base import Measurement
 from powerd.optimize.inference import (
+    InferenceAction,
     InferenceGoal,
     InferencePlanner,
+    InferenceSession,
     MeasurePair,
     Pair,
     PairMeasurement,
@@ -145,9 +147,42 @@ def solve_goal(
 ) -> tuple[ServePair, int]:
     """Run the planner to a ServePair, measuring into `samples` (shared across goals).
     `new_pairs_limit`: a re-solve's cap on new pairs (see InferencePlanner.next_action)."""
+    return _settle(
+        lambda probes: planner.next_action(goal, samples, probes, new_pairs_limit),
+        samples,
+        measure,
+        max_steps,
+    )
+
+
+def solve_session(
+    session: InferenceSession,
+    samples: dict[Pair, PairMeasurement],
+    measure: Callable[[Pair], PairMeasurement],
+    max_steps: int = 200,
+) -> tuple[ServePair, int]:
+    """solve_goal for a job's current goal as the daemon runs it: through its
+    InferenceSession, so a rate change (`session.set_rate`) re-solves under the daemon's
+    own rule for how many new pairs it may measure."""
+
+    def measured(pair: Pair) -> PairMeasurement:
+        session.measured(pair)
+        return measure(pair)
+
+    return _settle(lambda _: session.next_action(samples), samples, measured, max_steps)
+
+
+def _settle(
+    next_action: Callable[[int], InferenceAction],
+    samples: dict[Pair, PairMeasurement],
+    measure: Callable[[Pair], PairMeasurement],
+    max_steps: int,
+) -> tuple[ServePair, int]:
+    """Take actions (given the pairs measured so far) until one serves, measuring into
+    `samples`; (what it serves, pairs measured)."""
     probes = 0
     for _ in range(max_steps):
-        action = planner.next_action(goal, samples, probes, new_pairs_limit)
+        action = next_action(probes)
         if isinstance(action, ServePair):
             return action, probes
         assert isinstance(action, MeasurePair)
