@@ -42,6 +42,7 @@ from powerd.optimize.inference import (
     Pair,
     PairMeasurement,
     ServePair,
+    pooled,
     worst_latency_ms,
 )
 from powerd.optimize.interleave import JointJob, JointPlanner, JointTraining, MeasureSet, ServeSet
@@ -93,6 +94,9 @@ class InferenceSamples:
                 "batch_p99_ms": m.batch_p99_ms,
                 "power_w": m.power_w,
                 "batches": m.batches,
+                "power_sd_w": m.power_sd_w,
+                "power_n": m.power_n,
+                "windows": m.windows,
             }
             for m in self._mem.get(name, {}).values()
             if math.isfinite(m.batch_ms) and math.isfinite(m.power_w)
@@ -113,13 +117,16 @@ class InferenceSamples:
                     ),
                     int(r["batch_size"]),
                 )
-                p99 = r.get("batch_p99_ms")
+                p99, sd = r.get("batch_p99_ms"), r.get("power_sd_w")
                 out[pair] = PairMeasurement(
                     pair,
                     float(r["batch_ms"]),
                     float(r["power_w"]),
                     None if p99 is None else float(p99),
                     int(r.get("batches", 0)),
+                    None if sd is None else float(sd),
+                    int(r.get("power_n", 0)),
+                    max(1, int(r.get("windows", 1))),
                 )
         except (KeyError, TypeError, ValueError) as exc:
             log.error("ignoring corrupt inference samples of %s: %s", name, exc)
@@ -147,10 +154,15 @@ def in_batch_power(readings: Sequence[float]) -> float:
     readings more than 3 robust sigmas below the median removes them and leaves the mean
     unbiased; a high quantile would also drop them but read every pair ~1 sigma high, and
     turn away pairs that fit the budget."""
+    return float(np.mean(_busy_readings(readings)))
+
+
+def _busy_readings(readings: Sequence[float]) -> np.ndarray:
+    """The readings in_batch_power averages (those not far below the median)."""
     w = np.asarray(readings, dtype=float)
     med = float(np.median(w))
     sigma = max(1.4826 * float(np.median(np.abs(w - med))), 0.005 * abs(med))
-    return float(np.mean(w[w >= med - 3.0 * sigma]))
+    return w[w >= med - 3.0 * sigma]
 
 
 @dataclass
@@ -186,18 +198,16 @@ class PairWindow:
                 k += 1
             if k < len(self.batches) and self.batches[k][0] + lag_s <= t <= self.batches[k][1]:
                 inside.append(w)
+        sd, n = None, 0
         if len(inside) >= MIN_POWER_SAMPLES:
-            pw = in_batch_power(inside)
+            busy = _busy_readings(inside)
+            pw, sd, n = float(np.mean(busy)), float(np.std(busy, ddof=1)), len(busy)
         elif samples:
             pw = float(max(w for _, w in samples))  # conservative: batches too short to see
         else:
             pw = math.nan
         return PairMeasurement(
-            self.pair,
-            float(np.median(d)),
-            pw,
-            float(np.percentile(d, 99)),
-            len(d),
+            self.pair, float(np.median(d)), pw, float(np.percentile(d, 99)), len(d), sd, n
         )
 
 
@@ -731,12 +741,12 @@ class InferenceJobsPlanner:
 
     def _record(self, job: _InfJob, w: PairWindow, how: str) -> None:
         """A finished window's pair: into the job's samples and session, and the store."""
-        m = w.measure(self.hooks.power, self.settings.sensor_lag_s)
+        m = pooled(job.samples.get(w.pair), w.measure(self.hooks.power, self.settings.sensor_lag_s))
         job.samples[m.pair] = m
         job.session.measured(m.pair)
         self.store.save(job.spec.workload, job.spec.persistent)
         log.info(
-            "job %s: measured %s b=%d%s: p99 %.1f ms/batch at %.2f W (%d batches)",
+            "job %s: measured %s b=%d%s: p99 %.1f ms/batch at %.2f W (%d batches%s)",
             job.spec.id,
             m.pair.mode,
             m.pair.batch_size,
@@ -744,6 +754,7 @@ class InferenceJobsPlanner:
             m.tail_ms,
             m.power_w,
             m.batches,
+            f", {m.windows} windows pooled" if m.windows > 1 else "",
         )
 
     def _finish_joint(self, active: list[_InfJob]) -> None:

@@ -36,7 +36,7 @@ from powerd.inference_planner import (
 )
 from powerd.modes import PowerMode
 from powerd.optimize.base import Measurement
-from powerd.optimize.inference import Pair
+from powerd.optimize.inference import Pair, pooled
 from powerd.optimize.interleave import (
     InterleaveGoal,
     InterleavePlanner,
@@ -388,6 +388,7 @@ class InterleaveJobsPlanner:
         probe = self.probe
         assert probe is not None
         m = probe.infer.measure(self.hooks.power, self.settings.sensor_lag_s)
+        m = pooled(ij.samples.get(m.pair), m)
         ij.samples[m.pair] = m
         self.inf.store.save(ij.spec.workload, ij.spec.persistent)
         # training: the same measure over the gate's holds

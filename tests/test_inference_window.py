@@ -75,3 +75,34 @@ def test_batches_too_short_for_readings_take_the_largest_reading() -> None:
 
     m = _window(batches).measure(power, lag_s=0.05)
     assert m.power_w == 15.0  # never an idle-diluted value
+
+
+def test_a_window_reports_its_readings_spread_and_the_store_keeps_the_pooled_reading() -> None:
+    import math
+
+    from powerd.inference_planner import InferenceSamples
+    from powerd.optimize.inference import pooled
+
+    rng = np.random.default_rng(2)
+    batches = [(1.0 + 0.5 * k, 1.3 + 0.5 * k) for k in range(6)]
+    ts = np.arange(0.0, 5.0, 0.01)
+    noise = rng.normal(0.0, 0.15, len(ts))
+
+    def power(t0: float, t1: float):
+        return [
+            (float(t), 15.0 + float(z)) for t, z in zip(ts, noise, strict=True) if t0 <= t <= t1
+        ]
+
+    m = _window(batches).measure(power, lag_s=0.05)
+    assert m.power_n >= 100 and m.windows == 1
+    assert m.power_sd_w == pytest.approx(0.15, rel=0.2)
+    assert m.power_se_w == pytest.approx(m.power_sd_w / math.sqrt(m.power_n))
+    both = pooled(m, m)
+    assert both.windows == 2 and both.power_n == 2 * m.power_n
+
+    saved: dict = {}
+    store = InferenceSamples(lambda name: saved.get(name), saved.__setitem__)
+    store.of("w", persistent=True)[PAIR] = both
+    store.save("w", persistent=True)
+    back = InferenceSamples(lambda name: saved.get(name), saved.__setitem__).of("w", True)
+    assert back[PAIR] == both

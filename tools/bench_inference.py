@@ -85,9 +85,9 @@ def inference_alone(method: str, quick: bool) -> None:
         measurer = PairMeasurer(trace)
         seen: list[Pair] = []
 
-        def measure(pair: Pair, m=measurer, seen=seen) -> PairMeasurement:
+        def measure(pair: Pair, again: int = 0, m=measurer, seen=seen) -> PairMeasurement:
             seen.append(pair)
-            return m(pair)
+            return m(pair, again)
 
         res = replay_goals(planner, trace, goals, measure)
         s = summarise(res)
@@ -107,8 +107,9 @@ def inference_alone(method: str, quick: bool) -> None:
             f"meet latency+power {pct(s['meet_pct'])}, within budget {pct(within)} "
             f"({len(possible)} points with any pair under B), median power / optimal "
             f"{s['median_power_ratio']:.3f}, no-L median latency / best "
-            f"{np.median(no_l):.3f}, pairs profiled median {s['median_probes']:.0f} "
-            f"max {s['max_probes']}, time to decision (est.) median {np.median(settle_s):.0f} s "
+            f"{np.median(no_l):.3f}, windows measured median {s['median_probes']:.0f} "
+            f"max {s['max_probes']} (distinct pairs max {s['max_pairs']}), "
+            f"time to decision (est.) median {np.median(settle_s):.0f} s "
             f"max {max(settle_s):.0f} s, infeasible flagged {pct(s['infeasible_flagged_pct'])} "
             f"({time.perf_counter() - t0:.1f} s)"
         )

@@ -26,10 +26,19 @@ a budget or latency change at most RESOLVE_NEW_PAIRS pairs, to verify a better p
 pick. With no measured pair fitting, either measures up to RESOLVE_MAX_PAIRS, first probing
 the pair predicted to drain best when no measured pair drains: serving a goal it could meet
 beats a re-solve that measures nothing.
+
+A power reading is the mean of ~1 %-noisy sensor readings, so a pair that truly draws just
+under the budget can read just over it, and on a hard goal it may be the only pair that
+fits. A measured pair that fits but for a power reading within BORDER_Z standard errors
+over the budget is measured again, its readings pooled with the first window's, up to
+MAX_WINDOWS windows in all, when nothing measured fits (or, without a latency target,
+when it would be faster). That window counts as a measurement of the goal, not as a new
+pair.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -46,6 +55,10 @@ RESOLVE_NEW_PAIRS = 2
 RATE_NEW_PAIRS = 0
 # Pairs a re-solve may measure when no measured pair fits its goal (past max_pairs too).
 RESOLVE_MAX_PAIRS = 4
+# A pair measured over the budget by less than BORDER_Z standard errors of its power
+# reading, that fits otherwise, is measured again (pooled), up to MAX_WINDOWS windows.
+BORDER_Z = 2.5
+MAX_WINDOWS = 2
 
 
 @dataclass(frozen=True, order=True)
@@ -82,10 +95,57 @@ class PairMeasurement:
     power_w: float  # mean board power while batches ran (not over the gaps between them)
     batch_p99_ms: float | None = None  # tail batch time; latency checks use it when known
     batches: int = 0
+    power_sd_w: float | None = None  # spread of the single power readings behind power_w
+    power_n: int = 0  # how many readings
+    windows: int = 1  # measuring windows pooled into this reading
 
     @property
     def tail_ms(self) -> float:
         return self.batch_p99_ms if self.batch_p99_ms is not None else self.batch_ms
+
+    @property
+    def power_se_w(self) -> float | None:
+        """Standard error of power_w (None when the readings' spread is unknown)."""
+        if self.power_sd_w is None or self.power_n < 2 or not math.isfinite(self.power_sd_w):
+            return None
+        return self.power_sd_w / math.sqrt(self.power_n)
+
+
+def pooled(old: PairMeasurement | None, new: PairMeasurement) -> PairMeasurement:
+    """One reading of a pair from two windows of it: power over all the readings (their
+    spread includes the windows' difference), batch times weighted by batches run."""
+    if old is None or old.pair != new.pair:
+        return new
+    if not (math.isfinite(old.power_w) and math.isfinite(old.batch_ms)):
+        return dataclasses.replace(new, windows=old.windows + new.windows)
+    if not (math.isfinite(new.power_w) and math.isfinite(new.batch_ms)):
+        return dataclasses.replace(old, windows=old.windows + new.windows)
+    n1, n2 = (old.power_n, new.power_n) if old.power_n and new.power_n else (1, 1)
+    n = n1 + n2
+    power = (n1 * old.power_w + n2 * new.power_w) / n
+    sd = None
+    if old.power_sd_w is not None and new.power_sd_w is not None and n > 2:
+        within = (n1 - 1) * old.power_sd_w**2 + (n2 - 1) * new.power_sd_w**2
+        between = n1 * (old.power_w - power) ** 2 + n2 * (new.power_w - power) ** 2
+        sd = math.sqrt((within + between) / (n - 1))
+    w1, w2 = max(old.batches, 1), max(new.batches, 1)
+
+    def mix(a: float, b: float) -> float:
+        return (w1 * a + w2 * b) / (w1 + w2)
+
+    p99 = None
+    if old.batch_p99_ms is not None and new.batch_p99_ms is not None:
+        p99 = mix(old.batch_p99_ms, new.batch_p99_ms)
+    return PairMeasurement(
+        new.pair,
+        mix(old.batch_ms, new.batch_ms),
+        power,
+        p99 if p99 is not None else new.batch_p99_ms,
+        old.batches + new.batches,
+        sd,
+        old.power_n + new.power_n if old.power_n and new.power_n else 0,
+        old.windows + new.windows,
+    )
 
 
 @dataclass(frozen=True)
@@ -117,6 +177,20 @@ def fit_for(m: PairMeasurement, goal: InferenceGoal) -> bool:
         goal.latency_ms is None
         or float(worst_latency_ms(m.pair.batch_size, goal.rate_hz, m.tail_ms)) <= goal.latency_ms
     )
+
+
+def worth_remeasuring(m: PairMeasurement, goal: InferenceGoal, latency: bool = True) -> bool:
+    """Is this pair turned away only by a power reading within noise of the budget? Then
+    another window, pooled with the first, may show that it fits. A pair that truly sits
+    just under the budget is often the only one that fits a hard goal, and one window's
+    readings (~1 % noise each) cannot tell 14.95 W from 15.05 W."""
+    se = m.power_se_w
+    if se is None or m.windows >= MAX_WINDOWS:
+        return False
+    if not goal.budget_w < m.power_w <= goal.budget_w + BORDER_Z * se:
+        return False
+    at_budget = dataclasses.replace(m, power_w=goal.budget_w)
+    return fit_for(at_budget, goal) if latency else serves_within_budget(at_budget, goal)
 
 
 def serves_within_budget(m: PairMeasurement, goal: InferenceGoal) -> bool:
@@ -222,14 +296,15 @@ class InferencePlanner:
         self.explore = explore
         self.refine = refine
         self._axes = [np.unique(self.modes[:, j]) for j in range(4)]
-        self._cache: tuple[frozenset[Pair], tuple[np.ndarray, np.ndarray]] | None = None
+        self._cache: tuple[frozenset[tuple[Pair, int]], tuple[np.ndarray, np.ndarray]] | None = None
 
     def pair(self, i: int) -> Pair:
         return self._pairs[i]
 
     def predictions(self, samples: Mapping[Pair, PairMeasurement]) -> tuple[np.ndarray, np.ndarray]:
         """(batch_ms, power_w) over the grid from the model fitted to `samples` (cached)."""
-        key = frozenset(samples)
+        # a pair measured again (pooled) is a new reading: key on its windows too
+        key = frozenset((q, m.windows) for q, m in samples.items())
         if self._cache is None or self._cache[0] != key:
             t, p = self.fitter(samples).predict(self.grid_modes, self.grid_b)
             self._cache = (key, (np.asarray(t, float), np.asarray(p, float)))
@@ -268,6 +343,11 @@ class InferencePlanner:
             can_measure = len(samples) < self.max_pairs
         lat = worst_latency_ms(self.grid_b, goal.rate_hz, t)
         viol = self._violation(goal, t, p, lat)
+        # another window of a pair read just over the budget; a first search may spend it
+        # past max_pairs (it measures no new pair), a re-solve within its own cap
+        again = self._remeasure(goal, samples) if can_measure or not resolving else None
+        if again is not None:
+            return MeasurePair(again)
         if (
             resolving
             and can_measure
@@ -319,6 +399,28 @@ class InferencePlanner:
         if finite:
             return self._serve(min(finite, key=lambda m: m.power_w), goal, feasible=False)
         return MeasurePair(self._pairs[int(np.argmin(np.where(np.isfinite(p), p, np.inf)))])
+
+    def _remeasure(
+        self, goal: InferenceGoal, samples: Mapping[Pair, PairMeasurement]
+    ) -> Pair | None:
+        """The measured pair worth another window (see worth_remeasuring) that is likeliest
+        to fit, if it would beat every pair that fits: with a latency target a pair at the
+        budget never does (least power wins); without one, if its latency is better by
+        more than min_gain."""
+        cands = [m for m in samples.values() if worth_remeasuring(m, goal)]
+        if not cands:
+            return None
+        fit = [m for m in samples.values() if fit_for(m, goal)]
+        if fit:
+            if goal.latency_ms is not None:
+                return None
+            best = min(self._objective(m, goal)[0] for m in fit)
+            cands = [m for m in cands if self._objective(m, goal)[0] < (1 - self.min_gain) * best]
+        if not cands:
+            return None
+        return min(
+            cands, key=lambda m: ((m.power_w - goal.budget_w) / (m.power_se_w or 1.0), m.pair)
+        ).pair
 
     def _worth_exploring(self, viol: np.ndarray, measured: np.ndarray, can_measure: bool) -> bool:
         """Is an unmeasured pair predicted to fit, or to miss by less than the model's error?"""

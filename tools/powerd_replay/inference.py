@@ -10,6 +10,7 @@ optimal pair. Used by tests and tools/bench_inference.py.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import hashlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -20,6 +21,7 @@ import numpy as np
 from powerd.modes import FIELDS, PowerMode
 from powerd.optimize.base import Measurement
 from powerd.optimize.inference import (
+    MAX_WINDOWS,
     InferenceAction,
     InferenceGoal,
     InferencePlanner,
@@ -29,6 +31,7 @@ from powerd.optimize.inference import (
     PairMeasurement,
     ServePair,
     drain_limit_ms,
+    pooled,
     worst_latency_ms,
 )
 from powerd.optimize.interleave import (
@@ -110,9 +113,11 @@ class PairMeasurer:
     power_samples: int = 10
     seed: str = ""
 
-    def __call__(self, pair: Pair) -> PairMeasurement:
+    def __call__(self, pair: Pair, again: int = 0) -> PairMeasurement:
+        """`again`: windows of this pair the job measured before; each reads anew."""
         t, p = self.trace.rows[pair]
-        z = _normals(f"{self.seed}/{self.trace.name}/{pair}", self.batches + self.power_samples)
+        key = f"{self.seed}/{self.trace.name}/{pair}" + (f"/{again}" if again else "")
+        z = _normals(key, self.batches + self.power_samples)
         times = t * np.maximum(0.5, 1 + self.time_rel * z[: self.batches])
         power = p * (1 + self.power_rel * z[self.batches :])
         return PairMeasurement(
@@ -121,6 +126,8 @@ class PairMeasurer:
             float(power.mean()),
             float(np.percentile(times, 99)),
             self.batches,
+            float(power.std(ddof=1)),
+            self.power_samples,
         )
 
 
@@ -128,20 +135,21 @@ class PairMeasurer:
 class GoalResult:
     goal: InferenceGoal
     served: ServePair
-    probes: int  # pairs measured for this goal
+    probes: int  # measuring windows for this goal (a pair measured again counts again)
     feasible: bool  # the trace has a pair meeting the goal
     latency_ok: bool  # true p99 latency <= L * 1.05 (or no L)
     power_ok: bool  # true power <= B + 0.5 W
     within_budget: bool  # true power <= B + 0.5 W regardless of feasibility
     power_ratio: float  # served true power / the optimal pair's (nan if infeasible)
     latency_ratio: float  # no L: served true latency / the best under B
+    pairs: int = 0  # distinct pairs the workload had measured by then
 
 
 def solve_goal(
     planner: InferencePlanner,
     goal: InferenceGoal,
     samples: dict[Pair, PairMeasurement],
-    measure: Callable[[Pair], PairMeasurement],
+    measure: Callable[..., PairMeasurement],
     max_steps: int = 200,
     new_pairs_limit: int | None = None,
 ) -> tuple[ServePair, int]:
@@ -158,16 +166,16 @@ def solve_goal(
 def solve_session(
     session: InferenceSession,
     samples: dict[Pair, PairMeasurement],
-    measure: Callable[[Pair], PairMeasurement],
+    measure: Callable[..., PairMeasurement],
     max_steps: int = 200,
 ) -> tuple[ServePair, int]:
     """solve_goal for a job's current goal as the daemon runs it: through its
     InferenceSession, so a rate change (`session.set_rate`) re-solves under the daemon's
     own rule for how many new pairs it may measure."""
 
-    def measured(pair: Pair) -> PairMeasurement:
+    def measured(pair: Pair, **again: int) -> PairMeasurement:
         session.measured(pair)
-        return measure(pair)
+        return measure(pair, **again)
 
     return _settle(lambda _: session.next_action(samples), samples, measured, max_steps)
 
@@ -175,20 +183,23 @@ def solve_session(
 def _settle(
     next_action: Callable[[int], InferenceAction],
     samples: dict[Pair, PairMeasurement],
-    measure: Callable[[Pair], PairMeasurement],
+    measure: Callable[..., PairMeasurement],
     max_steps: int,
 ) -> tuple[ServePair, int]:
     """Take actions (given the pairs measured so far) until one serves, measuring into
-    `samples`; (what it serves, pairs measured)."""
+    `samples`; (what it serves, windows measured). A pair measured again is measured with
+    `again=` its windows so far (a new reading), and pooled."""
     probes = 0
     for _ in range(max_steps):
         action = next_action(probes)
         if isinstance(action, ServePair):
             return action, probes
         assert isinstance(action, MeasurePair)
-        if action.pair in samples:
-            raise RuntimeError(f"planner asked to re-measure {action.pair}")
-        samples[action.pair] = measure(action.pair)
+        old = samples.get(action.pair)
+        if old is not None and old.windows >= MAX_WINDOWS:
+            raise RuntimeError(f"planner asked to re-measure {action.pair} again")
+        new = measure(action.pair) if old is None else measure(action.pair, again=old.windows)
+        samples[action.pair] = pooled(old, new)
         probes += 1
     raise RuntimeError("planner did not settle")
 
@@ -211,7 +222,7 @@ def replay_goals(
     planner: InferencePlanner,
     trace: PairTrace,
     goals: list[InferenceGoal],
-    measure: Callable[[Pair], PairMeasurement],
+    measure: Callable[..., PairMeasurement],
     shared: bool = False,
 ) -> list[GoalResult]:
     """Each goal as a new workload (fresh samples), or all goals sharing one workload's
@@ -222,7 +233,8 @@ def replay_goals(
         if not shared:
             samples = {}
         served, probes = solve_goal(planner, goal, samples, measure)
-        out.append(judge(trace, goal, served, probes, getattr(measure, "time_rel", 0.02)))
+        res = judge(trace, goal, served, probes, getattr(measure, "time_rel", 0.02))
+        out.append(dataclasses.replace(res, pairs=len(samples)))
     return out
 
 
@@ -237,6 +249,7 @@ def summarise(results: list[GoalResult]) -> Mapping[str, float]:
         "median_power_ratio": float(np.median([r.power_ratio for r in with_l])) if with_l else 0.0,
         "max_probes": max((r.probes for r in results), default=0),
         "median_probes": float(np.median([r.probes for r in results])) if results else 0.0,
+        "max_pairs": max((r.pairs for r in results), default=0),
         "infeasible_flagged_pct": 100.0
         * np.mean([not r.served.feasible for r in results if not r.feasible])
         if any(not r.feasible for r in results)
