@@ -179,7 +179,7 @@ def fit_for(m: PairMeasurement, goal: InferenceGoal) -> bool:
     )
 
 
-def worth_remeasuring(m: PairMeasurement, goal: InferenceGoal, latency: bool = True) -> bool:
+def worth_remeasuring(m: PairMeasurement, goal: InferenceGoal) -> bool:
     """Is this pair turned away only by a power reading within noise of the budget? Then
     another window, pooled with the first, may show that it fits. A pair that truly sits
     just under the budget is often the only one that fits a hard goal, and one window's
@@ -189,8 +189,7 @@ def worth_remeasuring(m: PairMeasurement, goal: InferenceGoal, latency: bool = T
         return False
     if not goal.budget_w < m.power_w <= goal.budget_w + BORDER_Z * se:
         return False
-    at_budget = dataclasses.replace(m, power_w=goal.budget_w)
-    return fit_for(at_budget, goal) if latency else serves_within_budget(at_budget, goal)
+    return fit_for(dataclasses.replace(m, power_w=goal.budget_w), goal)
 
 
 def serves_within_budget(m: PairMeasurement, goal: InferenceGoal) -> bool:
