@@ -82,6 +82,21 @@ PHYSICAL_TIME: tuple[tuple[int, int, int, int], ...] = (
 )
 
 
+# The power terms of the transfer's physical power model: static power (a constant) and the
+# dynamic power of each clock domain, ~ f V^2 with the voltage rising with the clock, as f
+# and f^3 (the CPU's per core, plus an uncore share at f^3); the reference's own predicted
+# power is one more term beside them. Non-negative weights keep it monotone in every knob.
+PHYSICAL_POWER: tuple[tuple[int, int, int, int], ...] = (
+    (0, 0, 0, 0),
+    (1, 1, 0, 0),
+    (1, 3, 0, 0),
+    (0, 3, 0, 0),
+    (0, 0, 1, 0),
+    (0, 0, 3, 0),
+    (0, 0, 0, 1),
+)
+
+
 def exponents(feature_set: str = DEFAULT_FEATURE_SET) -> np.ndarray:
     """The (F, 4) integer exponent matrix of a named feature set."""
     try:

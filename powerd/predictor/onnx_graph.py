@@ -181,6 +181,10 @@ class Head:
     time's weight. The head then needs the modes as well as ``y`` and ``h``. With
     ``phys_groups`` (F,) set, the bottleneck form of :mod:`powerd.predictor.physical`:
     ``sum_{g=0} c_j m_j + max(sum_{g=1} c_j m_j, ref_scale * exp(y) + sum_{g=2} c_j m_j)``.
+
+    ``r`` = "physical-power" (power heads, W): ``r = ref_scale * y + sum_j c_j * m_j(mode)``,
+    the non-negative power terms of :data:`powerd.predictor.features.PHYSICAL_POWER` and the
+    reference's predicted power (no log: the target is W).
     """
 
     intercept: float = 0.0
@@ -194,7 +198,7 @@ class Head:
     phys_groups: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
 
     def __post_init__(self) -> None:
-        if self.ref_transform not in ("identity", "log", "physical"):
+        if self.ref_transform not in ("identity", "log", "physical", "physical-power"):
             raise ValueError(f"bad head ref_transform: {self.ref_transform!r}")
         if self.out_transform not in ("identity", "log", "exp"):
             raise ValueError(f"bad head out: {self.out_transform!r}")
@@ -227,12 +231,21 @@ class Head:
                 t = t + mode_features(modes, self.phys_exps) @ self.phys_coef
         return np.maximum(t, LOG_FLOOR)
 
+    @property
+    def needs_modes(self) -> bool:
+        return self.ref_transform in ("physical", "physical-power")
+
     def ref_input(self, y: np.ndarray, modes: np.ndarray | None = None) -> np.ndarray:
         y = np.asarray(y, dtype=np.float64)
+        if self.needs_modes and modes is None:
+            raise ValueError("a physical head needs the modes")
         if self.ref_transform == "physical":
-            if modes is None:
-                raise ValueError("a physical head needs the modes")
             return np.log(self.physical(y, modes))
+        if self.ref_transform == "physical-power":
+            r = self.ref_scale * y
+            if self.phys_coef.size:
+                r = r + mode_features(modes, self.phys_exps) @ self.phys_coef
+            return r
         return np.log(np.maximum(y, LOG_FLOOR)) if self.ref_transform == "log" else y
 
     def linear(self, y: np.ndarray, h: np.ndarray, modes: np.ndarray | None = None) -> np.ndarray:
@@ -256,7 +269,26 @@ class Head:
             numpy_helper.from_array(_f32([self.coef_ref]), f"{prefix}b"),
         ]
         r = y
-        if self.ref_transform in ("log", "physical"):
+        if self.ref_transform == "physical-power":
+            if base is None:
+                raise ValueError("a physical head needs the base-quantity tensor")
+            inits.append(numpy_helper.from_array(_f32([self.ref_scale]), f"{prefix}rs"))
+            nodes.append(helper.make_node("Mul", [y, f"{prefix}rs"], [f"{prefix}r0"]))
+            r = f"{prefix}r0"
+            if self.phys_coef.size:
+                inits.append(numpy_helper.from_array(_f32(self.phys_exps.T), f"{prefix}pexpsT"))
+                inits.append(numpy_helper.from_array(_f32(self.phys_coef), f"{prefix}pc"))
+                nodes += [
+                    helper.make_node("Log", [base], [f"{prefix}plb"]),
+                    helper.make_node(
+                        "MatMul", [f"{prefix}plb", f"{prefix}pexpsT"], [f"{prefix}plf"]
+                    ),
+                    helper.make_node("Exp", [f"{prefix}plf"], [f"{prefix}pf"]),
+                    helper.make_node("MatMul", [f"{prefix}pf", f"{prefix}pc"], [f"{prefix}pt"]),
+                    helper.make_node("Add", [r, f"{prefix}pt"], [f"{prefix}r1"]),
+                ]
+                r = f"{prefix}r1"
+        elif self.ref_transform in ("log", "physical"):
             inits.append(numpy_helper.from_array(_f32([LOG_FLOOR]), f"{prefix}floor"))
             src = y
             if self.ref_transform == "physical":
@@ -380,7 +412,7 @@ def fitted_model(
             inits += fi
             feats[k] = f
     base = None
-    if "physical" in (time_head.ref_transform, power_head.ref_transform):
+    if time_head.needs_modes or power_head.needs_modes:
         base = "hb_base"
         inits.append(numpy_helper.from_array(_f32(UNIT_SCALE), "hb_unit"))
         nodes.append(helper.make_node("Cast", [MODES_INPUT], ["hb_mf"], to=TensorProto.FLOAT))

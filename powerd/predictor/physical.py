@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from powerd.predictor.features import PHYSICAL_TIME, mode_features
+from powerd.predictor.features import PHYSICAL_POWER, PHYSICAL_TIME, mode_features
 
 # Scale of the reference-time column (ms): keeps it in the range of the monomials (~0.1-10)
 # so the active-set solver's tolerances mean the same for every column.
@@ -64,6 +64,17 @@ def design(modes: np.ndarray, ref_time_ms: np.ndarray) -> np.ndarray:
     """(N, F + 1): the monomials of PHYSICAL_TIME, then the reference's time / REF_UNIT_MS."""
     return np.column_stack(
         [mode_features(modes, PHYSICAL_TIME), np.asarray(ref_time_ms) / REF_UNIT_MS]
+    )
+
+
+# Scale of the reference-power column (W), for the same reason as REF_UNIT_MS.
+REF_UNIT_W = 10.0
+
+
+def power_design(modes: np.ndarray, ref_power_w: np.ndarray) -> np.ndarray:
+    """(N, F + 1): the monomials of PHYSICAL_POWER, then the reference's power / REF_UNIT_W."""
+    return np.column_stack(
+        [mode_features(modes, PHYSICAL_POWER), np.asarray(ref_power_w) / REF_UNIT_W]
     )
 
 

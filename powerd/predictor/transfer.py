@@ -7,8 +7,11 @@ Two methods, both ending in a self-contained ONNX model (modes -> time_ms, power
   step time (power: W). ``r`` and the intercept are unpenalised and ``h``'s weights are
   ridge-penalised, so with few samples the fit shrinks towards the anchor and departs from
   it only where the samples agree. The ridge strength is chosen by exact leave-one-out
-  error, and gross outliers are left out (see :func:`_trimmed`). The power anchor is the
-  reference's power. The time anchor (from 4 samples on, ``RidgeOptions.time_model``) is
+  error, and gross outliers are left out (see :func:`_trimmed`). The power anchor (from 4
+  samples on, ``RidgeOptions.power_model``) is a physical power model fitted first: a
+  non-negative sum of a constant, per-core and uncore CPU power (f and f^3), GPU and
+  memory clock terms and the reference's power, so that far from the samples power still
+  rises with every clock as this workload's does. The time anchor (from 4 samples on, ``RidgeOptions.time_model``) is
   the log of a *physical* time model fitted first (:mod:`powerd.predictor.physical`: a
   non-negative sum of a constant, 1/f_gpu, 1/f_emc, 1/f_cpu, 1/(cores*f_cpu) and the
   reference's time): the reference was trained on a GPU-bound job, and a workload whose
@@ -53,7 +56,12 @@ from powerd.fsutil import atomic_write_bytes
 from powerd.modes import PowerMode
 from powerd.optimize.base import Measurement, Predictor
 from powerd.predictor import physical
-from powerd.predictor.features import PHYSICAL_TIME, base_quantities, validate_modes
+from powerd.predictor.features import (
+    PHYSICAL_POWER,
+    PHYSICAL_TIME,
+    base_quantities,
+    validate_modes,
+)
 from powerd.predictor.onnx_graph import MODES_INPUT, Head, fitted_model
 from powerd.predictor.reference import Embedding, ReferenceModel, make_session
 
@@ -186,6 +194,22 @@ class RidgeOptions:
     bottleneck_factor: float = 1.0
     # Smallest ridge strength on the power activations (0: any the LOO picks).
     power_min_lambda: float = 0.0
+    # "ridge": the power head's reference input is the reference's power; "physical": the
+    # physical power model of powerd.predictor.physical (non-negative power terms plus the
+    # reference's power, fitted to the samples), the activations then correct it; "auto":
+    # whichever predicts the samples better when every sample at one clock level is left
+    # out in turn (leave-one-out cannot tell: near the samples both fit alike, and the
+    # samples of a budget sweep bunch where its picks are). "physical" by default: the
+    # reference's power shape does not fit every workload (ResNet-18 inference at batch
+    # size 1: the best affine map of it over all 441 modes is 6.4 % off), and a sweep's
+    # samples bunch at its picks, so the ridge head drifts with the distance to them; the
+    # power terms follow the workload's own clocks (docs/experiments.md, session 14).
+    power_model: str = "physical"
+    min_power_block: int = 8  # fewer samples left after taking a block out: not scored
+    # Fewer power samples than this: the ridge head whatever power_model says (eight
+    # non-negative terms need samples across the clocks to be told apart).
+    min_physical_power: int = 4
+    physical_power_varied: int = 0  # 1: only when the samples moved every knob
 
 
 @dataclass
@@ -531,7 +555,7 @@ class FittedPredictor(Predictor):
                     "ref_transform": hd.ref_transform,
                     "out_transform": hd.out_transform,
                 }
-                if hd.ref_transform == "physical":
+                if hd.needs_modes:
                     arrays[f"head_{name}_phys_exps"] = hd.phys_exps
                     arrays[f"head_{name}_phys_coef"] = hd.phys_coef
                     if hd.bottleneck:
@@ -660,6 +684,22 @@ def _trimmed(
     return head, lam, loo, keep
 
 
+def _block_error(fit: Any, at: Any, modes: np.ndarray, target: np.ndarray, min_left: int) -> float:
+    """Mean absolute relative error of `fit(mask)` (a fit to the samples in mask; `at(head,
+    mask)` predicts with it) on the samples it was not given, leaving out every sample at
+    one level of one clock in turn: an extrapolation test (inf when no block leaves enough
+    samples)."""
+    errs: list[float] = []
+    for j in (1, 2, 3):
+        for level in np.unique(modes[:, j]):
+            out = modes[:, j] == level
+            if (~out).sum() < min_left:
+                continue
+            head = fit(~out)[0]
+            errs.extend(np.abs(at(head, out) / target[out] - 1.0).tolist())
+    return float(np.mean(errs)) if errs else float("inf")
+
+
 def fit_heads(
     e: Embedding,
     s: Samples,
@@ -764,6 +804,9 @@ def fit_heads(
     p_scale = np.asarray(scaler["power"]["embed_std"])
     p_floor = 0.05 if opts.power_log else opts.power_floor
 
+    if opts.power_model not in ("ridge", "physical", "auto"):
+        raise ValueError(f"unknown power model {opts.power_model!r}")
+
     def fit_power_head(sp: Samples):
         """(power sample rows, their targets, the trimmed power fit) of samples `sp`."""
         rows = np.flatnonzero(sp.power_ok)
@@ -783,7 +826,55 @@ def fit_heads(
                 min_lambda=opts.power_min_lambda,
             )
 
-        return rows, target, _trimmed(fit_power, len(rows), p_floor, opts)
+        def fit_physical_power(m: np.ndarray) -> tuple[Head, float | None, np.ndarray]:
+            r = rows[m]
+            x = physical.power_design(sp.modes[r], e.power_y[r])
+            c = physical.fit_weights(x, sp.power_w[r])
+            phys = (
+                np.array(PHYSICAL_POWER, dtype=np.int64),
+                c[:-1],
+                float(c[-1]) / physical.REF_UNIT_W,
+                np.zeros(0, dtype=np.int64),
+            )
+            return ridge_head(
+                e.power_y[r],
+                e.power_h[r],
+                target[m],
+                p_scale,
+                use_ref=True,
+                ref_transform="physical-power",
+                out_transform="identity",
+                options=opts,
+                modes=sp.modes[r],
+                phys=phys,
+                min_lambda=opts.physical_min_lambda,
+            )
+
+        fit = fit_power
+        # every knob moved by the samples: else the terms of a knob never moved are one
+        # column with the constant (e.g. per-core and uncore CPU power at one core count)
+        varied = all(len(np.unique(sp.modes[rows, j])) >= 2 for j in range(4))
+        usable = (
+            not opts.power_log
+            and opts.power_ref
+            and len(rows) >= opts.min_physical_power
+            and (varied or not opts.physical_power_varied)
+        )
+        if opts.power_model == "physical" and usable:
+            fit = fit_physical_power
+        elif opts.power_model == "auto" and usable:
+
+            def at(head: Head, m: np.ndarray) -> np.ndarray:
+                r = rows[m]
+                return head.apply(e.power_y[r], e.power_h[r], sp.modes[r])
+
+            scores = [
+                _block_error(f, at, sp.modes[rows], target, opts.min_power_block)
+                for f in (fit_power, fit_physical_power)
+            ]
+            if scores[1] < scores[0]:
+                fit = fit_physical_power
+        return rows, target, _trimmed(fit, len(rows), p_floor, opts)
 
     pi, p_target, (power_head, lam_p, loo_p, keep_p) = fit_power_head(s)
     # Only the power head sees the floors (an aborted window has no time): refit it alone.
@@ -819,6 +910,8 @@ def fit_heads(
         stats.power_reach = _reach(d_p)
     if time_head.bottleneck:
         stats.extra["time_form"] = "bottleneck"
+    if power_head.ref_transform == "physical-power":
+        stats.extra["power_form"] = "physical"
     floors = int(np.sum(np.isfinite(s.power_min_w) & s.power_ok))
     if floors:
         stats.extra["power_floors"] = floors
