@@ -5,21 +5,22 @@ Two methods, both ending in a self-contained ONNX model (modes -> time_ms, power
 * ``"ridge"``: a closed-form refit, in numpy, of each model's last layer. The inputs are
   the reference's penultimate activations ``h`` plus an anchor ``r``; the target is log
   step time (power: W). ``r`` and the intercept are unpenalised and ``h``'s weights are
-  ridge-penalised, so with few samples the fit shrinks towards the anchor and departs from
-  it only where the samples agree. The ridge strength is chosen by exact leave-one-out
-  error, and gross outliers are left out (see :func:`_trimmed`). The power anchor (from 4
-  samples on, ``RidgeOptions.power_model``) is a physical power model fitted first: a
-  non-negative sum of a constant, per-core and uncore CPU power (f and f^3), GPU and
-  memory clock terms and the reference's power, so that far from the samples power still
-  rises with every clock as this workload's does. The time anchor (from 4 samples on, ``RidgeOptions.time_model``) is
-  the log of a *physical* time model fitted first (:mod:`powerd.predictor.physical`: a
-  non-negative sum of a constant, 1/f_gpu, 1/f_emc, 1/f_cpu, 1/(cores*f_cpu) and the
-  reference's time): the reference was trained on a GPU-bound job, and a workload whose
-  time goes elsewhere (inference at batch size 1: launch-bound on one CPU thread) needs
-  the samples to say which resource dominates; a rescaled reference cannot (time MAPE
-  over every mode of ResNet-18 inference at batch size 1, from the strategy's own profiled
-  modes: 11.9 % mean, 8.8 % median over budgets, instead of 43.9 / 22.4 %;
-  docs/experiments.md "Prediction accuracy"). ~20-150 ms per fit, no torch.
+  ridge-penalised, so with few samples the fit shrinks towards the anchor and departs
+  from it only where the samples agree. The ridge strength is chosen by exact
+  leave-one-out error, and gross outliers are left out (see :func:`_trimmed`). The power
+  anchor (from 4 samples on, ``RidgeOptions.power_model``) is a physical power model
+  fitted first: a non-negative sum of a constant, per-core and uncore CPU power (f and
+  f^3), GPU and memory clock terms and the reference's power, so that far from the
+  samples power still rises with every clock as this workload's does. The time anchor
+  (from 4 samples on, ``RidgeOptions.time_model``) is the log of a *physical* time model
+  fitted first (:mod:`powerd.predictor.physical`: a non-negative sum of a constant,
+  1/f_gpu, 1/f_emc, 1/f_cpu, 1/(cores*f_cpu) and the reference's time): the reference was
+  trained on a GPU-bound job, and a workload whose time goes elsewhere (inference at
+  batch size 1: launch-bound on one CPU thread) needs the samples to say which resource
+  dominates; a rescaled reference cannot (time MAPE over every mode of ResNet-18
+  inference at batch size 1, from the strategy's own profiled modes: 11.9 % mean, 8.8 %
+  median over budgets, instead of 43.9 / 22.4 %; docs/experiments.md "Prediction
+  accuracy"). ~20-150 ms per fit, no torch.
 * ``"torch-finetune"`` (default of :func:`fit_workload`): every layer of the reference
   ensemble fine-tuned with torch in a worker subprocess
   (:mod:`powerd.predictor.finetune_worker`) on the samples the ridge did not flag as
