@@ -8,19 +8,19 @@ Two methods, both ending in a self-contained ONNX model (modes -> time_ms, power
   ridge-penalised, so with few samples the fit shrinks towards the anchor and departs
   from it only where the samples agree. The ridge strength is chosen by exact
   leave-one-out error, and gross outliers are left out (see :func:`_trimmed`). The power
-  anchor (from 4 samples on, ``RidgeOptions.power_model``) is a physical power model
-  fitted first: a non-negative sum of a constant, per-core and uncore CPU power (f and
-  f^3), GPU and memory clock terms and the reference's power, so that far from the
-  samples power still rises with every clock as this workload's does. The time anchor
-  (from 4 samples on, ``RidgeOptions.time_model``) is the log of a *physical* time model
-  fitted first (:mod:`powerd.predictor.physical`: a non-negative sum of a constant,
-  1/f_gpu, 1/f_emc, 1/f_cpu, 1/(cores*f_cpu) and the reference's time): the reference was
-  trained on a GPU-bound job, and a workload whose time goes elsewhere (inference at
-  batch size 1: launch-bound on one CPU thread) needs the samples to say which resource
-  dominates; a rescaled reference cannot (time MAPE over every mode of ResNet-18
-  inference at batch size 1, from the strategy's own profiled modes: 11.9 % mean, 8.8 %
-  median over budgets, instead of 43.9 / 22.4 %; docs/experiments.md "Prediction
-  accuracy"). ~20-150 ms per fit, no torch.
+  anchor (from 12 samples that moved every knob, ``RidgeOptions.power_model``) is a
+  physical power model fitted first: a non-negative sum of a constant, per-core and
+  uncore CPU power (f and f^3), GPU and memory clock terms and the reference's power, so
+  that far from the samples power still rises with every clock as this workload's does.
+  The time anchor (from 4 samples on, ``RidgeOptions.time_model``) is the log of a
+  *physical* time model fitted first (:mod:`powerd.predictor.physical`: a non-negative
+  sum of a constant, 1/f_gpu, 1/f_emc, 1/f_cpu, 1/(cores*f_cpu) and the reference's
+  time): the reference was trained on a GPU-bound job, and a workload whose time goes
+  elsewhere (inference at batch size 1: launch-bound on one CPU thread) needs the samples
+  to say which resource dominates; a rescaled reference cannot (time MAPE over every mode
+  of ResNet-18 inference at batch size 1, from the strategy's own profiled modes: 11.9 %
+  mean, 8.8 % median over budgets, instead of 43.9 / 22.4 %; docs/experiments.md
+  "Prediction accuracy"). ~20-150 ms per fit, no torch.
 * ``"torch-finetune"`` (default of :func:`fit_workload`): every layer of the reference
   ensemble fine-tuned with torch in a worker subprocess
   (:mod:`powerd.predictor.finetune_worker`) on the samples the ridge did not flag as
@@ -207,10 +207,14 @@ class RidgeOptions:
     # power terms follow the workload's own clocks (docs/experiments.md, session 14).
     power_model: str = "physical"
     min_power_block: int = 8  # fewer samples left after taking a block out: not scored
-    # Fewer power samples than this: the ridge head whatever power_model says (eight
-    # non-negative terms need samples across the clocks to be told apart).
-    min_physical_power: int = 4
-    physical_power_varied: int = 0  # 1: only when the samples moved every knob
+    # Fewer power samples than this, or samples that left a knob at one level: the ridge
+    # head whatever power_model says. Eight non-negative terms fitted to a low budget's
+    # few samples (on the Orin Nano at 9-11 W: 5-8 modes, all at 2 cores and low clocks)
+    # extrapolate far worse over the whole grid than the rescaled reference: power MAPE
+    # of the strategy's own sets 22.9 % mean from 4 samples on, 8.7 % from 12, 7.0 % with
+    # the ridge head alone; the decisions were alike (docs/experiments.md, session 14).
+    min_physical_power: int = 12
+    physical_power_varied: int = 1  # 1: only when the samples moved every knob
 
 
 @dataclass

@@ -87,3 +87,20 @@ def test_auto_scores_both_heads_by_leaving_out_clock_levels(reference, resnet_in
     assert fp.heads[1].ref_transform in ("identity", "physical-power")
     with pytest.raises(ValueError, match="power model"):
         fit_ridge(bunched(resnet_infer), reference, replace(RidgeOptions(), power_model="x"))
+
+
+def test_few_or_one_level_samples_keep_the_ridge_power_head(reference, resnet_infer) -> None:
+    # A low budget's few samples cannot tell eight power terms apart: fitted to them, the
+    # terms extrapolate over the grid far worse than the rescaled reference.
+    s = bunched(resnet_infer)
+    few = Samples(s.modes[:8], s.time_ms[:8], s.power_w[:8])
+    assert fit_ridge(few, reference, PHYSICAL).heads[1].ref_transform == "identity"
+    one_core = resnet_infer.modes_array[:, 0] == resnet_infer.modes_array[:, 0].max()
+    idx = np.flatnonzero(one_core)[:: max(1, int(one_core.sum()) // 20)]
+    flat = Samples(
+        resnet_infer.modes_array[idx], resnet_infer.time_ms[idx], resnet_infer.power_w[idx]
+    )
+    assert len(idx) >= PHYSICAL.min_physical_power
+    assert fit_ridge(flat, reference, PHYSICAL).heads[1].ref_transform == "identity"
+    # the same count spread over every knob: the physical head
+    assert fit_ridge(s, reference, PHYSICAL).heads[1].ref_transform == "physical-power"
