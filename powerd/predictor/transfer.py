@@ -8,19 +8,20 @@ Two methods, both ending in a self-contained ONNX model (modes -> time_ms, power
   ridge-penalised, so with few samples the fit shrinks towards the anchor and departs
   from it only where the samples agree. The ridge strength is chosen by exact
   leave-one-out error, and gross outliers are left out (see :func:`_trimmed`). The power
-  anchor (from 12 samples that moved every knob, ``RidgeOptions.power_model``) is a
-  physical power model fitted first: a non-negative sum of a constant, per-core and
-  uncore CPU power (f and f^3), GPU and memory clock terms and the reference's power, so
-  that far from the samples power still rises with every clock as this workload's does.
-  The time anchor (from 4 samples on, ``RidgeOptions.time_model``) is the log of a
-  *physical* time model fitted first (:mod:`powerd.predictor.physical`: a non-negative
-  sum of a constant, 1/f_gpu, 1/f_emc, 1/f_cpu, 1/(cores*f_cpu) and the reference's
-  time): the reference was trained on a GPU-bound job, and a workload whose time goes
-  elsewhere (inference at batch size 1: launch-bound on one CPU thread) needs the samples
-  to say which resource dominates; a rescaled reference cannot (time MAPE over every mode
-  of ResNet-18 inference at batch size 1, from the strategy's own profiled modes: 11.9 %
-  mean, 8.8 % median over budgets, instead of 43.9 / 22.4 %; docs/experiments.md
-  "Prediction accuracy"). ~20-150 ms per fit, no torch.
+  anchor is the reference's power or, where that predicts left-out clock levels worse
+  (``RidgeOptions.power_model``), a physical power model fitted first: a non-negative sum
+  of a constant, per-core and uncore CPU power (f and f^3), GPU and memory clock terms
+  and the reference's power, so that far from the samples power still rises with every
+  clock as this workload's does. The time anchor (from 4 samples on,
+  ``RidgeOptions.time_model``) is the log of a *physical* time model fitted first
+  (:mod:`powerd.predictor.physical`: a non-negative sum of a constant, 1/f_gpu, 1/f_emc,
+  1/f_cpu, 1/(cores*f_cpu) and the reference's time): the reference was trained on a
+  GPU-bound job, and a workload whose time goes elsewhere (inference at batch size 1:
+  launch-bound on one CPU thread) needs the samples to say which resource dominates; a
+  rescaled reference cannot (time MAPE over every mode of ResNet-18 inference at batch
+  size 1, from the strategy's own profiled modes: 11.9 % mean, 8.8 % median over budgets,
+  instead of 43.9 / 22.4 %; docs/experiments.md "Prediction accuracy"). ~20-150 ms per
+  fit, no torch.
 * ``"torch-finetune"`` (default of :func:`fit_workload`): every layer of the reference
   ensemble fine-tuned with torch in a worker subprocess
   (:mod:`powerd.predictor.finetune_worker`) on the samples the ridge did not flag as
@@ -200,19 +201,21 @@ class RidgeOptions:
     # reference's power, fitted to the samples), the activations then correct it; "auto":
     # whichever predicts the samples better when every sample at one clock level is left
     # out in turn (leave-one-out cannot tell: near the samples both fit alike, and the
-    # samples of a budget sweep bunch where its picks are). "physical" by default: the
-    # reference's power shape does not fit every workload (ResNet-18 inference at batch
-    # size 1: the best affine map of it over all 441 modes is 6.4 % off), and a sweep's
-    # samples bunch at its picks, so the ridge head drifts with the distance to them; the
-    # power terms follow the workload's own clocks (docs/experiments.md, session 14).
-    power_model: str = "physical"
+    # samples of a budget sweep bunch where its picks are). Why "auto": the reference's
+    # power shape does not fit every workload (ResNet-18 inference at batch size 1: the
+    # best affine map of it over all 441 modes is 6.4 % off) and the ridge head drifts
+    # away from bunched samples, but the power terms fitted to a low budget's samples can
+    # extrapolate far worse (Orin Nano at 9-12 W: 13-153 % over the grid). Power MAPE of
+    # the strategy's own sets (tools/bench_prediction.py), ridge / physical / auto:
+    # MobileNet training 3.6 / 7.3 / 3.6 %, Orin Nano 7.0 / 22.9 / 7.0 %, ResNet-18
+    # inference 9.9 / 7.6 / 8.4 %; decisions alike (docs/experiments.md, session 14).
+    power_model: str = "auto"
     min_power_block: int = 8  # fewer samples left after taking a block out: not scored
-    # Fewer power samples than this, or samples that left a knob at one level: the ridge
-    # head whatever power_model says. Eight non-negative terms fitted to a low budget's
-    # few samples (on the Orin Nano at 9-11 W: 5-8 modes, all at 2 cores and low clocks)
-    # extrapolate far worse over the whole grid than the rescaled reference: power MAPE
-    # of the strategy's own sets 22.9 % mean from 4 samples on, 8.7 % from 12, 7.0 % with
-    # the ridge head alone; the decisions were alike (docs/experiments.md, session 14).
+    # Fewer power samples than this, or (physical_power_varied 1) samples that left a knob
+    # at one level: the ridge head whatever power_model says. The clock-level check can
+    # still pick the power terms from a low budget's few samples and be wrong: replayed
+    # (tests/optimize/test_powertrain_changes.py, 40 noise draws of Orin Nano budgets
+    # 9-12-16-20 W) "auto" from 4 samples put one budget at 2.19x the best step time.
     min_physical_power: int = 12
     physical_power_varied: int = 1  # 1: only when the samples moved every knob
 
