@@ -81,10 +81,7 @@ def test_on_bunched_samples_the_physical_power_head_extrapolates_better(
     assert np.mean(new) < 6.0, new
 
 
-def test_auto_scores_both_heads_by_leaving_out_clock_levels(reference, resnet_infer) -> None:
-    fp = fit_ridge(bunched(resnet_infer), reference, replace(RidgeOptions(), power_model="auto"))
-    assert fp.heads is not None
-    assert fp.heads[1].ref_transform in ("identity", "physical-power")
+def test_an_unknown_power_model_is_refused(reference, resnet_infer) -> None:
     with pytest.raises(ValueError, match="power model"):
         fit_ridge(bunched(resnet_infer), reference, replace(RidgeOptions(), power_model="x"))
 
