@@ -226,10 +226,15 @@ class Head:
             x = np.column_stack([mode_features(modes, self.phys_exps), ref])
             t = bottleneck_time(x, np.append(self.phys_coef, self.ref_scale), self.phys_groups)
         else:
-            t = self.ref_scale * ref
-            if self.phys_coef.size:
-                t = t + mode_features(modes, self.phys_exps) @ self.phys_coef
+            t = self._scaled_plus_terms(ref, modes)
         return np.maximum(t, LOG_FLOOR)
+
+    def _scaled_plus_terms(self, ref: np.ndarray, modes: np.ndarray) -> np.ndarray:
+        """ref_scale * ref + sum_j c_j m_j(mode): the sum form of both physical heads."""
+        t = self.ref_scale * ref
+        if self.phys_coef.size:
+            t = t + mode_features(modes, self.phys_exps) @ self.phys_coef
+        return t
 
     @property
     def needs_modes(self) -> bool:
@@ -242,10 +247,7 @@ class Head:
         if self.ref_transform == "physical":
             return np.log(self.physical(y, modes))
         if self.ref_transform == "physical-power":
-            r = self.ref_scale * y
-            if self.phys_coef.size:
-                r = r + mode_features(modes, self.phys_exps) @ self.phys_coef
-            return r
+            return self._scaled_plus_terms(y, modes)
         return np.log(np.maximum(y, LOG_FLOOR)) if self.ref_transform == "log" else y
 
     def linear(self, y: np.ndarray, h: np.ndarray, modes: np.ndarray | None = None) -> np.ndarray:
@@ -276,17 +278,8 @@ class Head:
             nodes.append(helper.make_node("Mul", [y, f"{prefix}rs"], [f"{prefix}r0"]))
             r = f"{prefix}r0"
             if self.phys_coef.size:
-                inits.append(numpy_helper.from_array(_f32(self.phys_exps.T), f"{prefix}pexpsT"))
-                inits.append(numpy_helper.from_array(_f32(self.phys_coef), f"{prefix}pc"))
-                nodes += [
-                    helper.make_node("Log", [base], [f"{prefix}plb"]),
-                    helper.make_node(
-                        "MatMul", [f"{prefix}plb", f"{prefix}pexpsT"], [f"{prefix}plf"]
-                    ),
-                    helper.make_node("Exp", [f"{prefix}plf"], [f"{prefix}pf"]),
-                    helper.make_node("MatMul", [f"{prefix}pf", f"{prefix}pc"], [f"{prefix}pt"]),
-                    helper.make_node("Add", [r, f"{prefix}pt"], [f"{prefix}r1"]),
-                ]
+                nodes += self._term_feature_nodes(prefix, base, inits)
+                nodes += self._terms_sum_nodes(prefix, r, f"{prefix}r1", inits)
                 r = f"{prefix}r1"
         elif self.ref_transform in ("log", "physical"):
             inits.append(numpy_helper.from_array(_f32([LOG_FLOOR]), f"{prefix}floor"))
@@ -301,24 +294,12 @@ class Head:
                 )
                 src = f"{prefix}t0"
                 if self.phys_coef.size:
-                    inits.append(numpy_helper.from_array(_f32(self.phys_exps.T), f"{prefix}pexpsT"))
-                    nodes += [
-                        helper.make_node("Log", [base], [f"{prefix}plb"]),
-                        helper.make_node(
-                            "MatMul", [f"{prefix}plb", f"{prefix}pexpsT"], [f"{prefix}plf"]
-                        ),
-                        helper.make_node("Exp", [f"{prefix}plf"], [f"{prefix}pf"]),
-                    ]
+                    nodes += self._term_feature_nodes(prefix, base, inits)
                     if self.bottleneck:
                         more, src = self._bottleneck_nodes(prefix, src, inits)
                         nodes += more
                     else:
-                        inits.append(numpy_helper.from_array(_f32(self.phys_coef), f"{prefix}pc"))
-                        pt = f"{prefix}pt"
-                        nodes += [
-                            helper.make_node("MatMul", [f"{prefix}pf", f"{prefix}pc"], [pt]),
-                            helper.make_node("Add", [src, pt], [f"{prefix}t1"]),
-                        ]
+                        nodes += self._terms_sum_nodes(prefix, src, f"{prefix}t1", inits)
                         src = f"{prefix}t1"
             nodes.append(helper.make_node("Max", [src, f"{prefix}floor"], [f"{prefix}yc"]))
             nodes.append(helper.make_node("Log", [f"{prefix}yc"], [f"{prefix}r"]))
@@ -334,6 +315,24 @@ class Head:
         op = "Exp" if self.out_transform == "exp" else "Identity"
         nodes.append(helper.make_node(op, [z], [out]))
         return nodes, inits
+
+    def _term_feature_nodes(self, prefix: str, base: str, inits: list) -> list:
+        """Nodes of the physical terms' features `{prefix}pf` (N, F): exp(log(base) @ exps.T),
+        the monomials m_j(mode) of mode_features."""
+        inits.append(numpy_helper.from_array(_f32(self.phys_exps.T), f"{prefix}pexpsT"))
+        return [
+            helper.make_node("Log", [base], [f"{prefix}plb"]),
+            helper.make_node("MatMul", [f"{prefix}plb", f"{prefix}pexpsT"], [f"{prefix}plf"]),
+            helper.make_node("Exp", [f"{prefix}plf"], [f"{prefix}pf"]),
+        ]
+
+    def _terms_sum_nodes(self, prefix: str, src: str, out: str, inits: list) -> list:
+        """Nodes of `out` = `src` + `{prefix}pf` @ phys_coef (the sum form's terms)."""
+        inits.append(numpy_helper.from_array(_f32(self.phys_coef), f"{prefix}pc"))
+        return [
+            helper.make_node("MatMul", [f"{prefix}pf", f"{prefix}pc"], [f"{prefix}pt"]),
+            helper.make_node("Add", [src, f"{prefix}pt"], [out]),
+        ]
 
     def _bottleneck_nodes(self, prefix: str, ref_t: str, inits: list) -> tuple[list, str]:
         """Nodes of the bottleneck form over the term features `{prefix}pf` and the scaled
