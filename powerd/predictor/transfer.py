@@ -186,6 +186,14 @@ class RidgeOptions:
     # head did better on the strategy's own sets (a 9 W budget on Orin Nano profiles 4-5
     # modes: worst time MAPE 32 % instead of 51 %); its weights' signs keep it tame.
     min_physical: int = 4
+    # 1: the physical time heads only once the samples moved the core count. At one core
+    # count the per-core CPU term 1/(cores*f_cpu) and the single-thread one 1/f_cpu are one
+    # column, and the non-negative fit keeps either: on Orin Nano's 2-core samples of a
+    # 10 W budget it kept 1/f_cpu and read 4 and 6 cores as no faster than 2 (968 ms
+    # predicted for each; 545 and 473 ms true), so no pick ever tried more cores. The
+    # reference head carries the reference's core effect instead (438 / 312 ms predicted).
+    # Replayed (16 seeds, --refine 50, with explore_fit_prob): docs/experiments.md, session 15.
+    physical_time_varied: int = 1
     # Smallest ridge strength on the activations above a physical head: the LOO choice can
     # only see the profiled region, and below 1 it bent predictions away from it.
     physical_min_lambda: float = 1.0
@@ -727,6 +735,8 @@ def fit_heads(
     if opts.time_model not in ("physical", "reference", "auto"):
         raise ValueError(f"unknown time model {opts.time_model!r}")
     can_phys = opts.time_ref and len(ti) >= opts.min_physical
+    if can_phys and opts.physical_time_varied:
+        can_phys = len(np.unique(s.modes[ti, 0])) >= 2
     x_phys = physical.design(s.modes[ti], np.exp(e.time_y[ti])) if can_phys else None
 
     def fit_reference(m: np.ndarray) -> tuple[Head, float | None, np.ndarray]:

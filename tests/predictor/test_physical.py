@@ -212,3 +212,24 @@ def test_the_default_keeps_the_physical_head_unless_the_reference_is_far_better(
     plain = fit_ridge(s, reference, replace(SUM, auto_reference_factor=1.0))
     assert plain.stats.time_model == "reference"
     assert fit_ridge(s, reference, SUM).stats.time_model == "physical"
+
+
+def test_samples_at_one_core_count_keep_the_references_core_effect(reference, nano) -> None:
+    # Orin Nano's 2-core modes under 10.5 W, what a 10 W budget's seeds see. At one core
+    # count 1/f_cpu and 1/(cores*f_cpu) are one column: a physical head reads more cores
+    # as free (a training step's data loading scales with them: 966 / 545 / 473 ms true).
+    modes = nano.modes_array
+    sel = np.flatnonzero((modes[:, 0] == 2) & (nano.power_w < 10.5))
+    s = Samples(modes[sel], nano.time_ms[sel], nano.power_w[sel])
+    at = np.array([[c, 268_800, 306_000_000, 665_600_000] for c in (2, 4, 6)])
+    other = modes[:, 0] != 2
+
+    fp = fit_ridge(s, reference)
+    assert fp.stats.time_model == "reference"
+    t = fp.predict(at)[0]
+    assert t[2] < t[1] < 0.8 * t[0], t
+    unguarded = fit_ridge(s, reference, replace(RidgeOptions(), physical_time_varied=0))
+    assert unguarded.stats.time_model == "physical"  # the case the guard is for
+    assert mape(fp.predict(modes)[0][other], nano.time_ms[other]) < mape(
+        unguarded.predict(modes)[0][other], nano.time_ms[other]
+    )
