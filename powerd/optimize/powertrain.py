@@ -12,6 +12,9 @@ the samples are shared, so a new budget re-uses everything measured for earlier 
               the next batch within a few %.
     fitting   Fit() whenever the samples changed since the last fit, so each refit learns
               from the model's own misses (the over-budget picks).
+    exploring Before the picks, if every measured mode holds a knob at one level (a low
+              budget's seeds at the least core count), measure the least-power mode at
+              another level of it that may fit: the model has no evidence of that knob.
     picking   Score every unmeasured mode by its expected gain over the fastest measured
               mode that fits, times its chance to fit the budget, from the predictions
               corrected by the residuals of nearby measured modes and from the model's
@@ -35,6 +38,9 @@ ridge transfer, tools/strategy_replay.py; the figures behind each are in docs/ex
   residual correction here uses their power, and a mode at or above (in every knob) one
   measured over the budget is not proposed again, so a sweep cannot spend its room on
   over-budget picks;
+* a low budget's seeds can all hold a knob at one level (Orin Nano at 10 W: 2 cores); the
+  refit then has no evidence of that knob, and the reference's effect, from another board,
+  decides whether any pick tries another level: one measured mode there settles it;
 * in-sample residuals are far smaller than a fit's misses on new modes: the doubt that sets
   the chance to fit comes from the model's recorded out-of-sample misses;
 * the first budget has `max_modes` of room, a pick must promise more as it empties; each
@@ -155,6 +161,12 @@ class Tuning:
     # The step-time objective's last stage (cheapest_meeting): measure a mode predicted to
     # meet the target at less power with at least this chance.
     step_time_fit_prob: float = 0.5
+    # A knob every measured mode holds at one level (a low budget's seeds, all at 2 cores):
+    # before picking on the model, measure the least-power open mode at another level of it
+    # whose chance to fit is at least this (0: off). The fitted model cannot know the
+    # knob's effect from such samples; it has the reference's, from another board (Orin
+    # Nano 10 W: 4c/268/306/665 predicted 11.3 W, 9.88 W true, chance to fit 0.05).
+    explore_fit_prob: float = 0.05
 
 
 # --------------------------------------------------------------------------- seed plan
@@ -411,7 +423,9 @@ class PowerTrain(Strategy):
         if fit is not None:
             return fit
         if room > 0 and self._picks < self._pick_cap:
-            pick = self._pick(budget_w, own)
+            pick = self._explore(budget_w, own)
+            if pick is None:
+                pick = self._pick(budget_w, own)
             if pick is not None:
                 self._picks += 1
                 return Measure(self.mode_list[pick])
@@ -663,6 +677,28 @@ class PowerTrain(Strategy):
             elif fits(m, budget_w) and math.isfinite(m.time_ms):
                 open_ &= ~np.all(self.rank_idx <= self.rank_idx[i], axis=1)
         return open_
+
+    def _explore(self, budget_w: float, own: Mapping[PowerMode, Measurement]) -> int | None:
+        """For the first knob every measured mode holds at one level: the least-power open
+        mode at another level of it whose chance to fit reaches `explore_fit_prob`. None
+        when the measured modes moved every knob or no such mode may fit."""
+        c = self.cfg
+        if c.explore_fit_prob <= 0:
+            return None
+        measured = [self.index[m] for m, v in own.items() if math.isfinite(v.power_w)]
+        if not measured:
+            return None
+        t, p, _, dp = self._corrected(own)
+        ok = self._open(budget_w, own) & np.isfinite(t) & (t > 0) & np.isfinite(p)
+        ok &= _norm_cdf((budget_w - p) / dp) >= c.explore_fit_prob
+        for j in range(self.modes_array.shape[1]):
+            levels = np.unique(self.rank_idx[measured, j])
+            if len(levels) > 1:
+                continue
+            cand = np.flatnonzero(ok & (self.rank_idx[:, j] != levels[0]))
+            if cand.size:
+                return int(cand[np.lexsort((cand, t[cand], p[cand]))[0]])
+        return None
 
     def _pick(
         self,
