@@ -688,14 +688,15 @@ class PowerTrain(Strategy):
         measured = [self.index[m] for m, v in own.items() if math.isfinite(v.power_w)]
         if not measured:
             return None
+        held = self.rank_idx[measured]
+        unmoved = np.flatnonzero(np.all(held == held[0], axis=0))
+        if unmoved.size == 0:  # the usual case once seeded: skip the predictions
+            return None
         t, p, _, dp = self._corrected(own)
         ok = self._open(budget_w, own) & np.isfinite(t) & (t > 0) & np.isfinite(p)
         ok &= _norm_cdf((budget_w - p) / dp) >= c.explore_fit_prob
-        for j in range(self.modes_array.shape[1]):
-            levels = np.unique(self.rank_idx[measured, j])
-            if len(levels) > 1:
-                continue
-            cand = np.flatnonzero(ok & (self.rank_idx[:, j] != levels[0]))
+        for j in unmoved:
+            cand = np.flatnonzero(ok & (self.rank_idx[:, j] != held[0, j]))
             if cand.size:
                 return int(cand[np.lexsort((cand, t[cand], p[cand]))[0]])
         return None

@@ -700,6 +700,11 @@ def _trimmed(
     return head, lam, loo, keep
 
 
+def knobs_moved(modes: np.ndarray) -> np.ndarray:
+    """Per knob (cores, CPU, GPU, EMC): did the samples hold it at two levels or more?"""
+    return np.array([len(np.unique(modes[:, j])) >= 2 for j in range(modes.shape[1])])
+
+
 def _block_error(fit: Any, at: Any, modes: np.ndarray, target: np.ndarray, min_left: int) -> float:
     """Mean absolute relative error of `fit(mask)` (a fit to the samples in mask; `at(head,
     mask)` predicts with it) on the samples it was not given, leaving out every sample at
@@ -736,7 +741,7 @@ def fit_heads(
         raise ValueError(f"unknown time model {opts.time_model!r}")
     can_phys = opts.time_ref and len(ti) >= opts.min_physical
     if can_phys and opts.physical_time_varied:
-        can_phys = len(np.unique(s.modes[ti, 0])) >= 2
+        can_phys = bool(knobs_moved(s.modes[ti])[0])
     x_phys = physical.design(s.modes[ti], np.exp(e.time_y[ti])) if can_phys else None
 
     def fit_reference(m: np.ndarray) -> tuple[Head, float | None, np.ndarray]:
@@ -871,7 +876,7 @@ def fit_heads(
         fit = fit_power
         # every knob moved by the samples: else the terms of a knob never moved are one
         # column with the constant (e.g. per-core and uncore CPU power at one core count)
-        varied = all(len(np.unique(sp.modes[rows, j])) >= 2 for j in range(4))
+        varied = bool(knobs_moved(sp.modes[rows]).all())
         usable = (
             not opts.power_log
             and opts.power_ref

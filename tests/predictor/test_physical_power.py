@@ -87,12 +87,11 @@ def test_an_unknown_power_model_is_refused(reference, resnet_infer) -> None:
 
 
 def test_auto_keeps_the_ridge_head_where_the_power_terms_would_extrapolate(
-    reference, resnet_infer
+    reference, resnet_infer, nano
 ) -> None:
     # Orin Nano, a low budget's view: every sample under 12 W. Fitted to them the power
     # terms extrapolate over the grid far worse than the rescaled reference; leaving one
     # clock level out at a time shows it, and "auto" keeps the ridge head.
-    nano = Trace.load(TRACES / "orin_nano_resnet18_imagenet_train.csv")
     low = np.flatnonzero(nano.power_w <= 12.0)[::3]
     s = Samples(nano.modes_array[low], nano.time_ms[low], nano.power_w[low])
     auto = fit_ridge(s, reference, replace(RidgeOptions(), power_model="auto"))
