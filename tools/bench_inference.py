@@ -44,6 +44,8 @@ from powerd.optimize.interleave import InterleaveGoal, InterleavePlanner
 from powerd.predictor.batch import InferenceReference, load_prior, make_fitter
 from powerd.sim.trace import TRACE_DIR, Trace
 from powerd_replay.inference import (
+    GoalResult,
+    GridOrder,
     PairMeasurer,
     PairTrace,
     TrainMeasurer,
@@ -51,6 +53,7 @@ from powerd_replay.inference import (
     judge,
     judge_joint,
     replay_goals,
+    replay_walk,
     solve_joint,
     solve_session,
     summarise,
@@ -288,6 +291,57 @@ D_LATENCIES = (400.0, 100.0, None)
 D_BUDGETS = (20.0, 15.0, 25.0)
 D_FRESH = ((30.0, 400.0, 20.0), (250.0, None, 25.0))
 D_QUICK = dict(rates=(30.0, 250.0), latencies=(400.0, None), budgets=(20.0, 15.0))
+
+
+def walks(n: int, methods: tuple[str, ...]) -> None:
+    """The daemon grid's walk (--daemon) replayed at planner level: n walks per trace and
+    prior, the first in the daemon's order, the others with the rates, latencies and
+    budgets each shuffled. Points feasible only through a glitch row of the trace (see
+    PairTrace.outliers) count as infeasible."""
+    base = GridOrder(D_RATES, D_LATENCIES, D_BUDGETS)
+    for method in methods:
+        prior = load_prior(method)
+        for name, path in INFER.items():
+            trace = PairTrace.load(path)
+            planner = InferencePlanner(trace.modes, trace.batch_sizes, make_fitter(prior, method))
+            t0 = time.perf_counter()
+            rows: list[tuple[int, str, GoalResult]] = []
+            for k in range(n):
+                order = base if k == 0 else base.shuffled(k)
+                meas = PairMeasurer(trace, seed=f"walk{k}")
+                rows += [(k, kind, r) for kind, r in replay_walk(planner, trace, order, meas)]
+            feas = [(k, kind, r) for k, kind, r in rows if r.feasible]
+            met = [r.latency_ok and r.power_ok for _, _, r in feas]
+            per_walk = [
+                np.mean([r.latency_ok and r.power_ok for kk, _, r in feas if kk == k])
+                for k in range(n)
+            ]
+            missed: dict[str, int] = {}
+            for _, kind, r in feas:
+                if not (r.latency_ok and r.power_ok):
+                    missed[kind] = missed.get(kind, 0) + 1
+            new = {
+                True: [r.probes for _, kind, r in rows if kind == "rate" and r.feasible],
+                False: [r.probes for _, kind, r in rows if kind == "rate" and not r.feasible],
+            }
+            ratio = [r.power_ratio for _, _, r in feas if r.goal.latency_ms is not None]
+            role = (
+                "prior fitted on it"
+                if name == "resnet18" and method == "infer-ref"
+                else ("held out" if name == "mobilenetv3" else "prior never saw inference")
+            )
+            print(
+                f"  {name:12s} prior {method} [{role}]: {n} walks, {len(rows)} points, "
+                f"feasible {len(feas)}: met {pct(100 * np.mean(met))} (walks at 100 %: "
+                f"{sum(x == 1.0 for x in per_walk)}/{n}, worst walk {pct(100 * min(per_walk))}), "
+                f"misses by change {missed or 0}, all points within the budget "
+                f"{pct(100 * np.mean([r.within_budget for _, _, r in rows]))}, median power / "
+                f"optimal {np.median(ratio):.3f}; windows per rate change: feasible mean "
+                f"{np.mean(new[True]):.2f} (none {pct(100 * np.mean([x == 0 for x in new[True]]))}"
+                f"), infeasible mean {np.mean(new[False]):.2f} "
+                f"({time.perf_counter() - t0:.1f} s)",
+                flush=True,
+            )
 
 
 def oracle(batches: dict, rate: float, latency: float | None, budget: float) -> dict:
@@ -922,7 +976,19 @@ def main() -> None:
         help="interleaved replay: the training job says how long it runs (expected_steps) "
         "and may measure N modes past each commit (default 0: it does not say)",
     )
+    ap.add_argument(
+        "--walks",
+        type=int,
+        default=0,
+        metavar="N",
+        help="only: the --daemon grid's walk replayed at planner level, N orders per trace",
+    )
     args = ap.parse_args()
+    if args.walks:
+        methods = ("infer-ref", "train-head") if args.compare_priors else ("infer-ref",)
+        print(f"the daemon grid's walk, replayed (planner level, {args.walks} orders):")
+        walks(args.walks, methods)
+        return
     if args.daemon_interleave:
         print(
             f"interleaved training + inference through the real daemon (emulated Orin AGX, "

@@ -25,7 +25,16 @@ While a measured pair fits the new goal, a rate change measures nothing (RATE_NE
 a budget or latency change at most RESOLVE_NEW_PAIRS pairs, to verify a better predicted
 pick. With no measured pair fitting, either measures up to RESOLVE_MAX_PAIRS, first probing
 the pair predicted to drain best when no measured pair drains: serving a goal it could meet
-beats a re-solve that measures nothing.
+beats a re-solve that measures nothing. Those probes go to the least-power pair whose
+chance to fit, from the model's stated spread at each pair (``spread``), is at least
+FIT_PROB, else to the likeliest pair: the pairs a point prediction puts just inside the
+goal are mostly just outside it, so least-power-predicted-fit probes were spent at the
+edge. The chance ranks pairs; it is not calibrated (at the pairs chosen it runs optimistic,
+as any maximum over noisy estimates does).
+
+The budget is never exceeded to serve a goal: when nothing measured is within the budget,
+a re-solve whose cap is spent measures past it the pair predicted to draw least power
+rather than serve a pair measured over the budget.
 
 A power reading is the mean of ~1 %-noisy sensor readings, so a pair that truly draws just
 under the budget can read just over it, and on a hard goal it may be the only pair that
@@ -54,11 +63,17 @@ DRAIN_FRACTION = 0.9  # t_inf <= 0.9 * b/r: the queue drains despite jitter
 RESOLVE_NEW_PAIRS = 2
 RATE_NEW_PAIRS = 0
 # Pairs a re-solve may measure when no measured pair fits its goal (past max_pairs too).
-RESOLVE_MAX_PAIRS = 4
+RESOLVE_MAX_PAIRS = 8
 # A pair measured over the budget by less than BORDER_Z standard errors of its power
 # reading, that fits otherwise, is measured again (pooled), up to MAX_WINDOWS windows.
 BORDER_Z = 2.5
 MAX_WINDOWS = 2
+# A re-solve with no measured pair fitting measures the least-power pair whose chance to
+# fit (from the model's spread) is at least FIT_PROB, else the likeliest one.
+FIT_PROB = 0.5
+MIN_FIT_PROB = 0.02
+# The spread (sd of the log error) assumed for a predictor that states none.
+DEFAULT_SPREAD = (0.10, 0.05)
 
 
 @dataclass(frozen=True, order=True)
@@ -302,12 +317,43 @@ class InferencePlanner:
 
     def predictions(self, samples: Mapping[Pair, PairMeasurement]) -> tuple[np.ndarray, np.ndarray]:
         """(batch_ms, power_w) over the grid from the model fitted to `samples` (cached)."""
+        return self._predicted(samples)[:2]
+
+    def spreads(self, samples: Mapping[Pair, PairMeasurement]) -> tuple[np.ndarray, np.ndarray]:
+        """The sd of the log error of (batch_ms, power_w) over the grid (cached)."""
+        return self._predicted(samples)[2:]
+
+    def _predicted(self, samples: Mapping[Pair, PairMeasurement]) -> tuple[np.ndarray, ...]:
         # a pair measured again (pooled) is a new reading: key on its windows too
         key = frozenset((q, m.windows) for q, m in samples.items())
         if self._cache is None or self._cache[0] != key:
-            t, p = self.fitter(samples).predict(self.grid_modes, self.grid_b)
-            self._cache = (key, (np.asarray(t, float), np.asarray(p, float)))
+            model = self.fitter(samples)
+            t, p = model.predict(self.grid_modes, self.grid_b)
+            spread = getattr(model, "spread", None)
+            if spread is not None:
+                st, sp = spread(self.grid_modes, self.grid_b)
+            else:
+                st, sp = (np.full(len(self.grid_b), x) for x in DEFAULT_SPREAD)
+            self._cache = (key, tuple(np.asarray(x, float) for x in (t, p, st, sp)))
         return self._cache[1]
+
+    def fit_probability(
+        self, goal: InferenceGoal, samples: Mapping[Pair, PairMeasurement]
+    ) -> np.ndarray:
+        """Each pair's chance that its measurement fits `goal` (drain, latency, budget),
+        from the predictions and their spread (time and power errors taken independent)."""
+        t, p, st, sp = self._predicted(samples)
+        limit = drain_limit_ms(self.grid_b, goal.rate_hz).astype(float)
+        if goal.latency_ms is not None:
+            limit = np.minimum(
+                limit, goal.latency_ms - worst_latency_ms(self.grid_b, goal.rate_hz, 0.0)
+            )
+        tail = t * (1 + self.time_margin)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            z_t = np.where(limit > 0, np.log(np.maximum(limit, 1e-9) / tail) / st, -np.inf)
+            z_p = np.log(goal.budget_w / p) / sp
+        prob = _normal_cdf(z_t) * _normal_cdf(z_p)
+        return np.where(np.isfinite(prob), prob, 0.0)
 
     # -- the decision --------------------------------------------------------------------
     def next_action(
@@ -334,6 +380,7 @@ class InferencePlanner:
         # verification pairs; without any fit pair it searches on, at most RESOLVE_MAX_PAIRS.
         # Its budget is its own, past max_pairs: the first goal's search may have spent it.
         resolving = new_pairs_limit is not None
+        cap = self.max_pairs
         if resolving:
             has_fit = any(fit_for(m, goal) for m in samples.values())
             cap = new_pairs_limit if has_fit else max(new_pairs_limit, RESOLVE_MAX_PAIRS)
@@ -347,6 +394,10 @@ class InferencePlanner:
         again = self._remeasure(goal, samples) if can_measure or not resolving else None
         if again is not None:
             return MeasurePair(again)
+        if resolving and can_measure and not any(fit_for(m, goal) for m in samples.values()):
+            likely = self._likely_fit(goal, samples, p, measured)
+            if likely is not None:
+                return MeasurePair(self._pairs[likely])
         if (
             resolving
             and can_measure
@@ -387,7 +438,10 @@ class InferencePlanner:
         if under:
             best = max(under, key=lambda m: (m.pair.batch_size / m.tail_ms, -m.power_w))
             return self._serve(best, goal, feasible=False)
-        if can_measure:
+        # Nothing measured stays within the budget: a pair that does comes before any cap
+        # on measuring (a few more), since serving one over the budget is no option.
+        cap_left = new_pairs < cap + RESOLVE_MAX_PAIRS
+        if can_measure or cap_left:
             over = np.where(measured | ~np.isfinite(p), np.inf, p)
             i = int(np.argmin(over))
             if over[i] <= goal.budget_w * (1 + self.explore):
@@ -420,6 +474,25 @@ class InferencePlanner:
         return min(
             cands, key=lambda m: ((m.power_w - goal.budget_w) / (m.power_se_w or 1.0), m.pair)
         ).pair
+
+    def _likely_fit(
+        self,
+        goal: InferenceGoal,
+        samples: Mapping[Pair, PairMeasurement],
+        p: np.ndarray,
+        measured: np.ndarray,
+    ) -> int | None:
+        """The least-power unmeasured pair likely to fit (chance >= FIT_PROB), else the
+        likeliest one; None when no pair has a real chance."""
+        prob = np.where(measured, 0.0, self.fit_probability(goal, samples))
+        likely = prob >= FIT_PROB
+        if likely.any():
+            i = self._best_index(likely, p, -prob)
+        else:
+            i = int(np.argmax(prob))
+            if prob[i] < MIN_FIT_PROB:
+                return None
+        return i
 
     def _worth_exploring(self, viol: np.ndarray, measured: np.ndarray, can_measure: bool) -> bool:
         """Is an unmeasured pair predicted to fit, or to miss by less than the model's error?"""
@@ -577,6 +650,13 @@ class InferenceSession:
         """A new budget: may measure RESOLVE_NEW_PAIRS pairs to verify a better pick."""
         goal = InferenceGoal(self.goal.rate_hz, budget_w, self.goal.latency_ms)
         self._change(goal, RESOLVE_NEW_PAIRS)
+
+
+def _normal_cdf(z: np.ndarray) -> np.ndarray:
+    return 0.5 * (1.0 + _erf(np.asarray(z, float) / math.sqrt(2.0)))
+
+
+_erf = np.vectorize(math.erf, otypes=[float])
 
 
 def latency_power_front(

@@ -185,6 +185,14 @@ LOCAL_WIDTH = 0.6
 LOCAL_SHRINK = 0.5
 
 
+# The spread of the log errors: the heads' residual RMS, pulled towards these prior values
+# by SPREAD_PRIOR_N pseudo-samples (a few samples say little about their own error).
+SPREAD_PRIOR_T = 0.10
+SPREAD_PRIOR_P = 0.05
+SPREAD_PRIOR_N = 3.0
+SPREAD_NOISE = 0.01
+
+
 def _log_point(modes: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.column_stack([np.log(base_quantities(modes)), np.log(b)])
 
@@ -201,23 +209,50 @@ class _Local:
     width: float
     shrink: float
 
-    def correction(self, z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def weights(self, z: np.ndarray) -> np.ndarray:
         d2 = ((z[:, None, :] - self.points[None, :, :]) ** 2).sum(axis=2)
-        w = np.exp(-0.5 * d2 / (self.width**2))
+        return np.exp(-0.5 * d2 / (self.width**2))
+
+    def correction(self, z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        w = self.weights(z)
         norm = w.sum(axis=1) + self.shrink
         return (w @ self.res_t) / norm, (w @ self.res_p) / norm
+
+    def unexplained(self, z: np.ndarray) -> np.ndarray:
+        """The share of the heads' error a pair keeps after the correction: 1 far from
+        every measured pair, shrink/(1 + shrink) at one (the kernel's posterior-variance
+        shape)."""
+        return self.shrink / (self.weights(z).sum(axis=1) + self.shrink)
 
 
 class FittedPairModel:
     """A prior plus the fitted heads: the PairPredictor the planner uses."""
 
     def __init__(
-        self, prior: PairModel, time_head: _Head, power_head: _Head, local: _Local | None = None
+        self,
+        prior: PairModel,
+        time_head: _Head,
+        power_head: _Head,
+        local: _Local | None = None,
+        head_sd: tuple[float, float] = (SPREAD_PRIOR_T, SPREAD_PRIOR_P),
     ):
         self.prior = prior
         self.time_head = time_head
         self.power_head = power_head
         self.local = local
+        self.head_sd = head_sd
+
+    def spread(self, modes: np.ndarray, batch_sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Standard deviation of the log error of (batch time, power) per pair: the heads'
+        error, shrunk near measured pairs as the local correction takes it out, plus the
+        measurement noise."""
+        m, b = _pair_inputs(modes, batch_sizes)
+        share = np.ones(len(m)) if self.local is None else self.local.unexplained(_log_point(m, b))
+        st, sp = self.head_sd
+        return (
+            np.sqrt(st**2 * share + SPREAD_NOISE**2),
+            np.sqrt(sp**2 * share + SPREAD_NOISE**2),
+        )
 
     def predict(self, modes: np.ndarray, batch_sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         m, b = _pair_inputs(modes, batch_sizes)
@@ -276,7 +311,12 @@ def fit_pair_model(
     if LOCAL_WIDTH > 0:  # 0: the heads alone
         res_t, res_p = yt - xt @ tc, yp - xp @ pc
         local = _Local(_log_point(modes, b), res_t, res_p, LOCAL_WIDTH, LOCAL_SHRINK)
-    return FittedPairModel(prior, _Head(tc, lb2), _Head(pc, lb2), local)
+    n = len(ms)
+    sd = tuple(
+        float(np.sqrt((np.sum(r**2) + SPREAD_PRIOR_N * s0**2) / (n + SPREAD_PRIOR_N)))
+        for r, s0 in ((yt - xt @ tc, SPREAD_PRIOR_T), (yp - xp @ pc, SPREAD_PRIOR_P))
+    )
+    return FittedPairModel(prior, _Head(tc, lb2), _Head(pc, lb2), local, sd)
 
 
 def make_fitter(prior: PairModel, method: str):

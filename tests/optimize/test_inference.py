@@ -200,3 +200,30 @@ def test_latency_power_front_per_batch_size(mobilenet_pairs, prior) -> None:
         assert all(
             r["latency_ms"] == pytest.approx((b - 1) / 30 * 1000 + r["batch_ms"]) for r in front
         )
+
+
+def test_the_daemon_grid_walk_stays_within_budget_and_finds_thin_pairs(resnet_pairs) -> None:
+    """The --daemon benchmark's walk (one job through latency, budget and rate changes),
+    replayed in its own order and three shuffled ones on ResNet-18 inference: rate changes
+    that need a batch size never measured at the new rate, with a handful of fitting pairs
+    among 2,205. Nothing may be served over the budget: with the re-solve's cap spent and
+    no measured pair under the budget, the planner measures one that is (it used to serve
+    the least-power pair measured, 1-3 W over, on 11 points of the fourth walk)."""
+    from powerd.predictor.batch import load_prior
+    from powerd_replay.inference import GridOrder, replay_walk
+
+    pl = InferencePlanner(
+        resnet_pairs.modes,
+        resnet_pairs.batch_sizes,
+        make_fitter(load_prior("infer-ref"), "infer-ref"),
+    )
+    base = GridOrder((30.0, 100.0, 250.0), (400.0, 100.0, None), (20.0, 15.0, 25.0))
+    met = feasible = 0
+    for k in range(4):
+        order = base.shuffled(k) if k else base
+        for _, r in replay_walk(pl, resnet_pairs, order, PairMeasurer(resnet_pairs, seed=f"w{k}")):
+            assert r.within_budget, r.goal
+            if r.feasible:
+                feasible += 1
+                met += r.latency_ok and r.power_ok
+    assert feasible >= 60 and met >= 0.95 * feasible

@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from powerd.modes import PowerMode
+from powerd.optimize import inference
 from powerd.optimize.inference import (
     RESOLVE_MAX_PAIRS,
     RESOLVE_NEW_PAIRS,
@@ -108,7 +109,8 @@ def test_a_resolve_with_a_wrong_model_stops_after_its_own_budget() -> None:
         def predict(self, modes, b):
             return np.ones(len(b)), np.ones(len(b))  # everything fits at 1 ms, 1 W
 
-    pl = InferencePlanner(MODES, SIZES, lambda s: Wrong(), max_pairs=3)
+    modes = np.array([(4, 1000, g, 1000) for g in range(1, 7)])  # more pairs than the cap
+    pl = InferencePlanner(modes, SIZES, lambda s: Wrong(), max_pairs=3)
     samples = first_goal_samples()
     goal = InferenceGoal(rate_hz=500, budget_w=9, latency_ms=100)  # nothing truly fits
     new = 0
@@ -119,3 +121,50 @@ def test_a_resolve_with_a_wrong_model_stops_after_its_own_budget() -> None:
         samples[action.pair] = exact(action.pair)
         new += 1
     assert new == RESOLVE_MAX_PAIRS and not action.feasible
+
+
+def test_nothing_within_the_budget_measures_past_the_cap_rather_than_serve_over_it() -> None:
+    # every measured pair draws over 9 W; g=1 at b=1 and b=4 (8.1, 8.4 W) were never measured
+    samples = {q: exact(q) for q in (pair(2, 1), pair(3, 1), pair(1, 16))}
+    goal = InferenceGoal(rate_hz=500, budget_w=9, latency_ms=100)
+    assert not any(m.power_w <= goal.budget_w for m in samples.values())
+    spent = max(RESOLVE_NEW_PAIRS, RESOLVE_MAX_PAIRS)  # the re-solve's own cap, used up
+    action = planner().next_action(goal, samples, spent, RESOLVE_NEW_PAIRS)
+    assert action == MeasurePair(pair(1, 1))  # the least power predicted
+    samples[action.pair] = exact(action.pair)
+    served = planner().next_action(goal, samples, spent + 1, RESOLVE_NEW_PAIRS)
+    assert isinstance(served, ServePair) and served.within_budget and not served.feasible
+    assert samples[served.pair].power_w <= goal.budget_w
+
+
+class Unsure(Model):
+    """Model, with a spread: sure of everything but g=1 at b=4, its least-power pick."""
+
+    def spread(self, modes, b):
+        g, b = np.asarray(modes)[:, 2], np.asarray(b)
+        sd = np.where((g == 1) & (b == 4), 2.0, 0.01)
+        return sd, sd
+
+
+def test_a_resolve_with_nothing_fitting_measures_the_least_power_pair_likely_to_fit() -> None:
+    goal = InferenceGoal(rate_hz=200, budget_w=20, latency_ms=100)
+    samples: dict[Pair, PairMeasurement] = {}
+    sure = InferencePlanner(MODES, SIZES, lambda s: Model(), max_pairs=3)
+    unsure = InferencePlanner(MODES, SIZES, lambda s: Unsure(), max_pairs=3)
+    # the default spread: g=1 b=4 (13 ms of an 18 ms drain limit, 8.4 W) is likely to fit
+    assert sure.next_action(goal, samples, 0, RESOLVE_NEW_PAIRS) == MeasurePair(pair(1, 4))
+    prob = unsure.fit_probability(goal, samples)
+    i = unsure._index[pair(1, 4)]
+    assert prob[i] < inference.FIT_PROB < prob[unsure._index[pair(2, 1)]]
+    # so the next least-power pair likely to fit goes first (3.5 ms of 4.5 ms, 11.1 W)
+    assert unsure.next_action(goal, samples, 0, RESOLVE_NEW_PAIRS) == MeasurePair(pair(2, 1))
+
+
+def test_fit_probability_follows_the_goal() -> None:
+    pl, samples = planner(), {}
+    loose = pl.fit_probability(InferenceGoal(rate_hz=200, budget_w=20, latency_ms=100), samples)
+    tight = pl.fit_probability(InferenceGoal(rate_hz=200, budget_w=11, latency_ms=100), samples)
+    assert np.all(tight <= loose) and np.any(tight < loose)
+    # b=16 at 200/s waits 75 ms to fill: a 50 ms target cannot be met, whatever the mode
+    short = pl.fit_probability(InferenceGoal(rate_hz=200, budget_w=20, latency_ms=50), samples)
+    assert np.all(short[pl.grid_b == 16] == 0.0) and np.all((short >= 0) & (short <= 1))

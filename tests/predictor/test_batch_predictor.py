@@ -140,3 +140,19 @@ def test_a_local_deviation_moves_its_neighbours_not_the_far_pairs(monkeypatch) -
     # the heads bend towards the slow corner only as far as a global fit can
     assert local_near > heads_near + 0.1 and local_near > 1.4, (heads_near, local_near)
     assert local_far == pytest.approx(heads_far, rel=0.05), (heads_far, local_far)
+
+
+def test_spread_is_smallest_at_measured_pairs_and_tracks_the_heads_error(resnet_pairs) -> None:
+    prior = load_prior("train-head")  # never saw inference: its errors are real
+    rng = np.random.default_rng(3)
+    idx = rng.choice(len(resnet_pairs.t_all), 12, replace=False)
+    fitted = fit_pair_model(prior, samples_of(resnet_pairs, idx), "train-head")
+    st, sp = fitted.spread(resnet_pairs.modes_all, resnet_pairs.b_all)
+    here = np.zeros(len(st), dtype=bool)
+    here[idx] = True
+    assert st[here].mean() < st[~here].mean() and sp[here].mean() < sp[~here].mean()
+    assert np.all(st > 0) and np.all(sp > 0)
+    # the spread far from the samples is in line with the fitted model's actual log error
+    t, p = fitted.predict(resnet_pairs.modes_all, resnet_pairs.b_all)
+    err_t = np.sqrt(np.mean(np.log(t / resnet_pairs.t_all)[~here] ** 2))
+    assert 0.33 * err_t < np.median(st[~here]) < 3 * err_t

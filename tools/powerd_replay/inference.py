@@ -12,6 +12,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import hashlib
+import random
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,6 +47,7 @@ from powerd.optimize.interleave import (
 from powerd.sim.trace import Trace
 
 P99_Z = 2.326  # the 99th percentile of a normal, in sds
+OUTLIER_FACTOR = 1.0 / 0.6
 
 
 class PairTrace:
@@ -63,6 +65,7 @@ class PairTrace:
         }
         self.batch_sizes = tuple(sorted({int(x) for x in b}))
         self.modes = np.unique(modes, axis=0)
+        self._outliers: np.ndarray | None = None
 
     @classmethod
     def load(cls, path: str | Path) -> PairTrace:
@@ -77,11 +80,42 @@ class PairTrace:
         p = np.array([float(r["power_w"]) for r in raw])
         return cls(modes, b, t, p, path.stem)
 
-    def optimal(self, goal: InferenceGoal, jitter: float = 0.0) -> tuple[Pair, float, float] | None:
-        """The brute-force best pair for the goal on true values: (pair, power, latency)."""
+    def outliers(self, factor: float = OUTLIER_FACTOR) -> np.ndarray:
+        """Rows whose power is off by more than `factor` from the same mode's power at both
+        neighbouring batch sizes (e.g. 18 W between 54 W and 55 W): measurement glitches,
+        not behaviour. The smallest and largest sizes have one neighbour and are kept
+        (batch size 1 is often far from 4 for real)."""
+        sizes = self.batch_sizes
+        at: dict[tuple[tuple[int, ...], int], int] = {
+            (tuple(map(int, m)), int(b)): i
+            for i, (m, b) in enumerate(zip(self.modes_all, self.b_all, strict=True))
+        }
+        mask = np.zeros(len(self.b_all), dtype=bool)
+        for (mode, b), i in at.items():
+            k = sizes.index(b)
+            if k in (0, len(sizes) - 1):
+                continue
+            nb = [
+                self.p_all[at[(mode, sizes[j])]] for j in (k - 1, k + 1) if (mode, sizes[j]) in at
+            ]
+            if len(nb) == 2 and (
+                self.p_all[i] * factor < min(nb) or self.p_all[i] > factor * max(nb)
+            ):
+                mask[i] = True
+        return mask
+
+    def optimal(
+        self, goal: InferenceGoal, jitter: float = 0.0, skip_outliers: bool = False
+    ) -> tuple[Pair, float, float] | None:
+        """The brute-force best pair for the goal on true values: (pair, power, latency);
+        `skip_outliers`: ignoring the glitch rows (see outliers)."""
         tail = self.t_all * (1 + P99_Z * jitter)
         lat = worst_latency_ms(self.b_all, goal.rate_hz, tail)
         ok = (self.p_all <= goal.budget_w) & (tail <= drain_limit_ms(self.b_all, goal.rate_hz))
+        if skip_outliers:
+            if self._outliers is None:
+                self._outliers = self.outliers()
+            ok &= ~self._outliers
         if goal.latency_ms is not None:
             ok &= lat <= goal.latency_ms
         idx = np.flatnonzero(ok)
@@ -205,11 +239,16 @@ def _settle(
 
 
 def judge(
-    trace: PairTrace, goal: InferenceGoal, served: ServePair, probes: int, jitter: float
+    trace: PairTrace,
+    goal: InferenceGoal,
+    served: ServePair,
+    probes: int,
+    jitter: float,
+    skip_outliers: bool = False,
 ) -> GoalResult:
     t, p = trace.rows[served.pair]
     lat99 = float(worst_latency_ms(served.pair.batch_size, goal.rate_hz, t * (1 + P99_Z * jitter)))
-    opt = trace.optimal(goal, jitter=0.0)
+    opt = trace.optimal(goal, jitter=0.0, skip_outliers=skip_outliers)
     feasible = opt is not None
     within = p <= goal.budget_w + 0.5
     lat_ok = goal.latency_ms is None or lat99 <= goal.latency_ms * 1.05
@@ -235,6 +274,62 @@ def replay_goals(
         served, probes = solve_goal(planner, goal, samples, measure)
         res = judge(trace, goal, served, probes, getattr(measure, "time_rel", 0.02))
         out.append(dataclasses.replace(res, pairs=len(samples)))
+    return out
+
+
+@dataclass(frozen=True)
+class GridOrder:
+    """One moving job's walk over a grid, as tools/bench_inference.py --daemon walks it: a
+    fresh job at the first goal; then per latency (a new registration of the same
+    workload), per budget (`set_budget`), per rate (`set_rate`), each in this order."""
+
+    rates: tuple[float, ...]
+    latencies: tuple[float | None, ...]
+    budgets: tuple[float, ...]
+
+    def shuffled(self, seed: int) -> GridOrder:
+        rnd = random.Random(seed)
+        return GridOrder(
+            *(tuple(rnd.sample(x, len(x))) for x in (self.rates, self.latencies, self.budgets))
+        )
+
+
+def replay_walk(
+    planner: InferencePlanner,
+    trace: PairTrace,
+    order: GridOrder,
+    measure: Callable[..., PairMeasurement],
+    skip_outliers: bool = True,
+) -> list[tuple[str, GoalResult]]:
+    """The daemon's sessions over `order` (see GridOrder): (kind of change, result) per
+    point, kinds "fresh", "latency", "budget", "rate"; samples shared along the walk."""
+    jitter = getattr(measure, "time_rel", 0.02)
+    samples: dict[Pair, PairMeasurement] = {}
+    out: list[tuple[str, GoalResult]] = []
+
+    def point(kind: str, session: InferenceSession) -> None:
+        served, probes = solve_session(session, samples, measure)
+        res = judge(trace, session.goal, served, probes, jitter, skip_outliers)
+        out.append((kind, dataclasses.replace(res, pairs=len(samples))))
+
+    first = InferenceGoal(order.rates[0], order.budgets[0], order.latencies[0])
+    session = InferenceSession(planner, first)
+    point("fresh", session)
+    for lat in order.latencies:
+        if lat != session.goal.latency_ms:
+            g = session.goal
+            session = InferenceSession(
+                planner, InferenceGoal(g.rate_hz, g.budget_w, lat), profiled=True
+            )
+            point("latency", session)
+        for budget in order.budgets:
+            if budget != session.goal.budget_w:
+                session.set_budget(budget)
+                point("budget", session)
+            for rate in order.rates:
+                if rate != session.goal.rate_hz:
+                    session.set_rate(rate)
+                    point("rate", session)
     return out
 
 
