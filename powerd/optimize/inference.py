@@ -56,6 +56,7 @@ from typing import Protocol
 import numpy as np
 
 from powerd.modes import PowerMode
+from powerd.optimize.normal import norm_cdf
 
 DRAIN_FRACTION = 0.9  # t_inf <= 0.9 * b/r: the queue drains despite jitter
 # Pairs a re-solve may measure while a measured pair fits its goal: the model's pick, and one
@@ -319,10 +320,6 @@ class InferencePlanner:
         """(batch_ms, power_w) over the grid from the model fitted to `samples` (cached)."""
         return self._predicted(samples)[:2]
 
-    def spreads(self, samples: Mapping[Pair, PairMeasurement]) -> tuple[np.ndarray, np.ndarray]:
-        """The sd of the log error of (batch_ms, power_w) over the grid (cached)."""
-        return self._predicted(samples)[2:]
-
     def _predicted(self, samples: Mapping[Pair, PairMeasurement]) -> tuple[np.ndarray, ...]:
         # a pair measured again (pooled) is a new reading: key on its windows too
         key = frozenset((q, m.windows) for q, m in samples.items())
@@ -352,7 +349,7 @@ class InferencePlanner:
         with np.errstate(divide="ignore", invalid="ignore"):
             z_t = np.where(limit > 0, np.log(np.maximum(limit, 1e-9) / tail) / st, -np.inf)
             z_p = np.log(goal.budget_w / p) / sp
-        prob = _normal_cdf(z_t) * _normal_cdf(z_p)
+        prob = norm_cdf(z_t) * norm_cdf(z_p)
         return np.where(np.isfinite(prob), prob, 0.0)
 
     # -- the decision --------------------------------------------------------------------
@@ -380,10 +377,10 @@ class InferencePlanner:
         # verification pairs; without any fit pair it searches on, at most RESOLVE_MAX_PAIRS.
         # Its budget is its own, past max_pairs: the first goal's search may have spent it.
         resolving = new_pairs_limit is not None
+        fit = [m for m in samples.values() if fit_for(m, goal)]
         cap = self.max_pairs
         if resolving:
-            has_fit = any(fit_for(m, goal) for m in samples.values())
-            cap = new_pairs_limit if has_fit else max(new_pairs_limit, RESOLVE_MAX_PAIRS)
+            cap = new_pairs_limit if fit else max(new_pairs_limit, RESOLVE_MAX_PAIRS)
             can_measure = new_pairs < cap
         else:
             can_measure = len(samples) < self.max_pairs
@@ -394,7 +391,7 @@ class InferencePlanner:
         again = self._remeasure(goal, samples) if can_measure or not resolving else None
         if again is not None:
             return MeasurePair(again)
-        if resolving and can_measure and not any(fit_for(m, goal) for m in samples.values()):
+        if resolving and can_measure and not fit:
             likely = self._likely_fit(goal, samples, p, measured)
             if likely is not None:
                 return MeasurePair(self._pairs[likely])
@@ -417,7 +414,6 @@ class InferencePlanner:
             if seed is not None:
                 return MeasurePair(self._pairs[seed])
         if goal.latency_ms is not None:
-            fit = [m for m in samples.values() if fit_for(m, goal)]
             if fit or self._worth_exploring(viol, measured, can_measure):
                 return self._search(goal, fit, p, lat, viol, measured, can_measure)
         # No latency target, or none can be met: the lowest latency within the budget.
@@ -650,13 +646,6 @@ class InferenceSession:
         """A new budget: may measure RESOLVE_NEW_PAIRS pairs to verify a better pick."""
         goal = InferenceGoal(self.goal.rate_hz, budget_w, self.goal.latency_ms)
         self._change(goal, RESOLVE_NEW_PAIRS)
-
-
-def _normal_cdf(z: np.ndarray) -> np.ndarray:
-    return 0.5 * (1.0 + _erf(np.asarray(z, float) / math.sqrt(2.0)))
-
-
-_erf = np.vectorize(math.erf, otypes=[float])
 
 
 def latency_power_front(

@@ -88,6 +88,7 @@ from powerd.optimize.base import (
     needs_remeasure,
 )
 from powerd.optimize.binary_search import BinarySearch, ModeSpaceLike, axes_of
+from powerd.optimize.normal import norm_cdf, norm_pdf
 from powerd.optimize.pareto import pareto_front
 
 log = logging.getLogger("powerd.optimize.powertrain")
@@ -396,7 +397,7 @@ class PowerTrain(Strategy):
         if cand.size == 0:
             return None
         z = (math.log(step_time_ms) - np.log(t[cand])) / dt[cand]
-        cand = cand[_norm_cdf(z) >= c.step_time_fit_prob]
+        cand = cand[norm_cdf(z) >= c.step_time_fit_prob]
         if cand.size == 0:
             return None
         return Measure(self.mode_list[int(cand[np.lexsort((cand, t[cand], p[cand]))[0]])])
@@ -694,7 +695,7 @@ class PowerTrain(Strategy):
             return None
         t, p, _, dp = self._corrected(own)
         ok = self._open(budget_w, own) & np.isfinite(t) & (t > 0) & np.isfinite(p)
-        ok &= _norm_cdf((budget_w - p) / dp) >= c.explore_fit_prob
+        ok &= norm_cdf((budget_w - p) / dp) >= c.explore_fit_prob
         for j in unmoved:
             cand = np.flatnonzero(ok & (self.rank_idx[:, j] != held[0, j]))
             if cand.size:
@@ -721,7 +722,7 @@ class PowerTrain(Strategy):
         cand = np.flatnonzero(usable)
         if cand.size == 0:
             return None
-        fit_p = _norm_cdf((budget_w - c.pick_margin_w - p[cand]) / dp[cand])
+        fit_p = norm_cdf((budget_w - c.pick_margin_w - p[cand]) / dp[cand])
         if min_fit_prob is None:
             min_fit_prob = c.first_min_fit_prob if self._first else c.min_fit_prob
         keep = fit_p >= min_fit_prob
@@ -732,7 +733,7 @@ class PowerTrain(Strategy):
         if best is None:  # nothing fits yet: the fastest mode more likely in than out
             return int(cand[np.lexsort((cand, p[cand], t[cand]))[0]])
         z = (math.log(best.time_ms) - np.log(t[cand])) / dt[cand]
-        gain = dt[cand] * (z * _norm_cdf(z) + _norm_pdf(z))  # E[log-time improvement]
+        gain = dt[cand] * (z * norm_cdf(z) + norm_pdf(z))  # E[log-time improvement]
         score = gain * fit_p
         k = int(np.argmax(score))
         if bar is not None:
@@ -757,23 +758,3 @@ def _smooth(resid: np.ndarray, w: np.ndarray, global_shrink: float, local_shrink
     bias = resid.sum() / (len(resid) + global_shrink)
     rest = resid - bias
     return bias + w @ rest / (w.sum(axis=1) + local_shrink)
-
-
-def _norm_cdf(x: np.ndarray) -> np.ndarray:
-    return 0.5 * (1.0 + _erf(np.asarray(x, dtype=np.float64) / math.sqrt(2.0)))
-
-
-def _norm_pdf(x: np.ndarray) -> np.ndarray:
-    x = np.asarray(x, dtype=np.float64)
-    return np.exp(-0.5 * x * x) / math.sqrt(2.0 * math.pi)
-
-
-def _erf(x: np.ndarray) -> np.ndarray:
-    """Abramowitz-Stegun 7.1.26 (|error| < 1.5e-7): numpy has no erf, scipy is no dep."""
-    s = np.sign(x)
-    a = np.abs(x)
-    t = 1.0 / (1.0 + 0.3275911 * a)
-    y = np.zeros_like(t)
-    for coef in (1.061405429, -1.453152027, 1.421413741, -0.284496736, 0.254829592):
-        y = (y + coef) * t
-    return s * (1.0 - y * np.exp(-a * a))
