@@ -284,6 +284,7 @@ class InferenceJobsPlanner:
         self.budget_w: float | None = None
         self.window: PairWindow | None = None
         self.window_job: str | None = None
+        self.window_covers = False  # the window measures a covering pair (log only)
         self.serving: dict[str, ServePair] = {}
         self.batch_size: dict[str, int] = {}
         self.mode: PowerMode | None = None
@@ -366,7 +367,7 @@ class InferenceJobsPlanner:
         if w is not None and self.window_job == job.spec.id:
             if not w.ready(now):
                 return
-            self._record(job, w, "")
+            self._record(job, w, " (covering the rate axis)" if self.window_covers else "")
             self.window, self.window_job = None, None
         action = job.session.next_action(job.samples)
         if isinstance(action, MeasurePair):
@@ -375,6 +376,7 @@ class InferenceJobsPlanner:
                 PairWindow(action.pair, time.monotonic(), self.spec),
                 job.spec.id,
             )
+            self.window_covers = action.cover
             self.serving.pop(job.spec.id, None)
             return
         before = self.serving.get(job.spec.id)

@@ -32,6 +32,15 @@ goal are mostly just outside it, so least-power-predicted-fit probes were spent 
 edge. The chance ranks pairs; it is not calibrated (at the pairs chosen it runs optimistic,
 as any maximum over noisy estimates does).
 
+Rate changes are served from measured pairs because the measured pairs *cover the rate
+axis*: if any pair at batch size b fits a goal, the fastest pair at b within the budget
+(almost always) fits it too, since a faster batch drains sooner and ends sooner. So a new
+workload (after its seeds), a new budget and a new registration of a known workload first
+measure, at each batch size whose fastest measured pair within the budget the model
+predicts beaten by more than COVER_SLACK, the pair predicted fastest within the budget:
+at most one per batch size plus COVER_EXTRA_PAIRS, an allowance of its own. A rate change
+covers nothing: it re-solves from the covered pairs.
+
 The budget is never exceeded to serve a goal: when nothing measured is within the budget,
 a re-solve whose cap is spent measures past it the pair predicted to draw least power
 rather than serve a pair measured over the budget.
@@ -73,6 +82,11 @@ MAX_WINDOWS = 2
 # fit (from the model's spread) is at least FIT_PROB, else the likeliest one.
 FIT_PROB = 0.5
 MIN_FIT_PROB = 0.02
+# Measurements a new workload or a new budget may spend covering the rate axis (the
+# fastest pair within the budget at each batch size), and how much faster an unmeasured
+# pair must be predicted than the fastest measured one for a batch size to count uncovered.
+COVER_EXTRA_PAIRS = 2
+COVER_SLACK = 0.05
 # The spread (sd of the log error) assumed for a predictor that states none.
 DEFAULT_SPREAD = (0.10, 0.05)
 
@@ -226,9 +240,12 @@ def serves_within_budget(m: PairMeasurement, goal: InferenceGoal) -> bool:
 
 @dataclass(frozen=True)
 class MeasurePair:
-    """Serve batches of this size in this mode and measure them, then ask again."""
+    """Serve batches of this size in this mode and measure them, then ask again. `cover`:
+    the pair is measured to cover the rate axis at the budget (see _uncovered), not to
+    search the current goal."""
 
     pair: Pair
+    cover: bool = False
 
 
 @dataclass(frozen=True)
@@ -359,6 +376,7 @@ class InferencePlanner:
         samples: Mapping[Pair, PairMeasurement],
         new_pairs: int = 0,
         new_pairs_limit: int | None = None,
+        cover_left: int = 0,
     ) -> InferenceAction:
         """The next step towards the best pair whose measured latency and power fit `goal`.
 
@@ -391,6 +409,10 @@ class InferencePlanner:
         again = self._remeasure(goal, samples) if can_measure or not resolving else None
         if again is not None:
             return MeasurePair(again)
+        if cover_left > 0 and (resolving or self.seeds <= len(samples) < self.max_pairs):
+            c = self._uncovered(goal.budget_w, t, p, samples, measured)
+            if c is not None:
+                return MeasurePair(self._pairs[c], cover=True)
         if resolving and can_measure and not fit:
             likely = self._likely_fit(goal, samples, p, measured)
             if likely is not None:
@@ -489,6 +511,39 @@ class InferencePlanner:
             if prob[i] < MIN_FIT_PROB:
                 return None
         return i
+
+    def _uncovered(
+        self,
+        budget_w: float,
+        t: np.ndarray,
+        p: np.ndarray,
+        samples: Mapping[Pair, PairMeasurement],
+        measured: np.ndarray,
+    ) -> int | None:
+        """The predicted fastest pair within the budget at the first batch size whose
+        fastest measured pair within the budget is predicted beaten by more than
+        COVER_SLACK (None when every size is covered).
+
+        Why: if any pair at batch size b fits a goal (r, L, B), so does the fastest pair at
+        b within B (a faster batch drains sooner and ends sooner). So the fastest pair
+        within the budget at every batch size, once measured, covers every rate: a later
+        rate change finds a measured pair fitting it whenever one can, and re-solves with
+        no new measurement."""
+        sizes = list(self.batch_sizes)
+        for b in [sizes[0], sizes[-1]] + sizes[1:-1]:
+            on_b = self.grid_b == b
+            cand = on_b & ~measured & np.isfinite(t) & (p + self.power_margin_w <= budget_w)
+            if not cand.any():
+                continue
+            have = [
+                m.batch_ms
+                for m in samples.values()
+                if m.pair.batch_size == b and m.power_w <= budget_w and math.isfinite(m.batch_ms)
+            ]
+            if have and min(have) <= (1 + COVER_SLACK) * float(t[cand].min()):
+                continue
+            return self._best_index(cand, t, p)
+        return None
 
     def _worth_exploring(self, viol: np.ndarray, measured: np.ndarray, can_measure: bool) -> bool:
         """Is an unmeasured pair predicted to fit, or to miss by less than the model's error?"""
@@ -620,32 +675,47 @@ class InferenceSession:
         self.new_pairs = 0
         # A workload with samples from earlier jobs re-solves from them like a budget change.
         self._limit: int | None = RESOLVE_NEW_PAIRS if profiled else None
+        self.cover_left = self._cover_pairs()
+        self._covering: Pair | None = None
         self.served: ServePair | None = None
 
+    def _cover_pairs(self) -> int:
+        return len(self.planner.batch_sizes) + COVER_EXTRA_PAIRS
+
     def next_action(self, samples: Mapping[Pair, PairMeasurement]) -> InferenceAction:
-        action = self.planner.next_action(self.goal, samples, self.new_pairs, self._limit)
+        action = self.planner.next_action(
+            self.goal, samples, self.new_pairs, self._limit, self.cover_left
+        )
+        self._covering = action.pair if isinstance(action, MeasurePair) and action.cover else None
         if isinstance(action, ServePair):
             self.served = action
         return action
 
     def measured(self, pair: Pair) -> None:
-        self.new_pairs += 1
+        if pair == self._covering:
+            self.cover_left -= 1  # its own allowance: not one of the goal's new pairs
+            self._covering = None
+        else:
+            self.new_pairs += 1
 
-    def _change(self, goal: InferenceGoal, limit: int) -> None:
+    def _change(self, goal: InferenceGoal, limit: int, cover: bool) -> None:
         self.goal = goal
         self.new_pairs = 0
         self._limit = limit
+        self.cover_left = self._cover_pairs() if cover else 0
+        self._covering = None
         self.served = None
 
     def set_rate(self, rate_hz: float) -> None:
         """Serve the new rate from the measured pairs; measure only if none fits it."""
         goal = InferenceGoal(rate_hz, self.goal.budget_w, self.goal.latency_ms)
-        self._change(goal, RATE_NEW_PAIRS)
+        self._change(goal, RATE_NEW_PAIRS, cover=False)
 
     def set_budget(self, budget_w: float) -> None:
-        """A new budget: may measure RESOLVE_NEW_PAIRS pairs to verify a better pick."""
+        """A new budget: may measure RESOLVE_NEW_PAIRS pairs to verify a better pick, and
+        cover the rate axis at the new budget."""
         goal = InferenceGoal(self.goal.rate_hz, budget_w, self.goal.latency_ms)
-        self._change(goal, RESOLVE_NEW_PAIRS)
+        self._change(goal, RESOLVE_NEW_PAIRS, cover=True)
 
 
 def latency_power_front(

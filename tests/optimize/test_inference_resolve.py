@@ -83,9 +83,18 @@ def test_a_rate_change_serves_a_measured_fit_pair_without_measuring() -> None:
     session.set_rate(200)  # g=2, b=1 (measured) fits; the model predicts g=1, b=4 better
     action = session.next_action(samples)
     assert isinstance(action, ServePair) and action.feasible and action.pair == pair(2, 1)
-    # a budget change with the same pairs verifies the better predicted pick
+    # a budget change first covers the rate axis at the new budget (the fastest pair
+    # within 19 W at each batch size not yet measured there), then verifies its better
+    # predicted pick
     session.set_budget(19)
-    assert session.next_action(samples) == MeasurePair(pair(1, 4))
+    taken = []
+    while (action := session.next_action(samples)).cover:
+        taken.append(action.pair)
+        samples[action.pair] = exact(action.pair)
+        session.measured(action.pair)
+    assert taken == [pair(3, 16), pair(3, 4)]
+    assert session.new_pairs == 0  # coverage is not one of the goal's verification pairs
+    assert action == MeasurePair(pair(1, 4))
 
 
 def test_rate_jump_with_no_draining_pair_probes_the_best_predicted_draining_pair() -> None:

@@ -264,14 +264,17 @@ def replay_goals(
     measure: Callable[..., PairMeasurement],
     shared: bool = False,
 ) -> list[GoalResult]:
-    """Each goal as a new workload (fresh samples), or all goals sharing one workload's
-    samples (`shared`: a job whose rate/budget changes)."""
+    """Each goal as a new workload (fresh samples, a new job's session as the daemon runs
+    it: seeds, covering, search), or all goals sharing one workload's samples (`shared`:
+    each goal a full search of the planner alone)."""
     out = []
     samples: dict[Pair, PairMeasurement] = {}
     for goal in goals:
-        if not shared:
+        if shared:
+            served, probes = solve_goal(planner, goal, samples, measure)
+        else:
             samples = {}
-        served, probes = solve_goal(planner, goal, samples, measure)
+            served, probes = solve_session(InferenceSession(planner, goal), samples, measure)
         res = judge(trace, goal, served, probes, getattr(measure, "time_rel", 0.02))
         out.append(dataclasses.replace(res, pairs=len(samples)))
     return out

@@ -1,0 +1,123 @@
+"""Covering the rate axis (planner level, a synthetic model, no daemon): a new workload or
+budget measures the fastest pair within the budget at every batch size, so that a later rate
+change is served from measured pairs, and the covering is bounded."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from powerd.modes import PowerMode
+from powerd.optimize.inference import (
+    COVER_EXTRA_PAIRS,
+    InferenceGoal,
+    InferencePlanner,
+    InferenceSession,
+    MeasurePair,
+    Pair,
+    PairMeasurement,
+    ServePair,
+    fit_for,
+)
+
+MODES = np.array([(4, 1000, g, 1000) for g in (1, 2, 3)])
+SIZES = (1, 4, 16)
+
+
+class Model:
+    """Batch time (5 + 2b)/g ms, power 5 + 3g + 0.1b W: faster GPU clocks draw more."""
+
+    def predict(self, modes, b):
+        g = np.asarray(modes)[:, 2].astype(float)
+        b = np.asarray(b, float)
+        return (5 + 2 * b) / g, 5 + 3 * g + 0.1 * b
+
+
+def exact(pair: Pair) -> PairMeasurement:
+    t, p = Model().predict(np.array([pair.mode.as_tuple()]), np.array([pair.batch_size]))
+    return PairMeasurement(pair, float(t[0]), float(p[0]), float(t[0]), 50)
+
+
+def pair(g: int, b: int) -> Pair:
+    return Pair(PowerMode(4, 1000, g, 1000), b)
+
+
+def settle(session: InferenceSession, samples: dict, measure=exact) -> tuple[ServePair, list]:
+    """Run the session to a ServePair; (what it serves, the actions measured on the way)."""
+    taken = []
+    while isinstance(action := session.next_action(samples), MeasurePair):
+        taken.append(action)
+        samples[action.pair] = measure(action.pair)
+        session.measured(action.pair)
+    return action, taken
+
+
+def test_a_new_workload_covers_every_batch_size_then_a_rate_change_measures_nothing() -> None:
+    pl = InferencePlanner(MODES, SIZES, lambda samples: Model())
+    samples: dict[Pair, PairMeasurement] = {}
+    # 50/s and 20 ms: b=1 at the slowest clock fits (7 ms, 8.1 W)
+    session = InferenceSession(pl, InferenceGoal(rate_hz=50, budget_w=20, latency_ms=20))
+    first, taken = settle(session, samples)
+    assert first.feasible and first.pair == pair(1, 1)
+    # the fastest pair within the budget (g=3) at each batch size is measured
+    assert {pair(3, b) for b in SIZES} <= set(samples)
+    assert any(a.cover for a in taken)
+    # 500/s with 20 ms: b=1 cannot drain (0.9 * 2 ms), b=16 waits 30 ms to fill; only b=4 at
+    # g >= 2 fits. The covering measured g=3, b=4: the re-solve serves it, measuring nothing.
+    session.set_rate(500)
+    second, taken = settle(session, samples)
+    assert taken == []
+    assert second.feasible and second.pair == pair(3, 4)
+    assert fit_for(samples[second.pair], session.goal)
+
+
+def test_without_covering_the_same_rate_change_has_to_measure() -> None:
+    """The contrast: the first goal's search alone (no covering) leaves b=4 unmeasured."""
+    pl = InferencePlanner(MODES, SIZES, lambda samples: Model())
+    samples: dict[Pair, PairMeasurement] = {}
+    goal = InferenceGoal(rate_hz=50, budget_w=20, latency_ms=20)
+    while isinstance(action := pl.next_action(goal, samples), MeasurePair):
+        samples[action.pair] = exact(action.pair)
+    assert not any(q.batch_size == 4 for q in samples)
+    fast = InferenceGoal(rate_hz=500, budget_w=20, latency_ms=20)
+    assert not any(fit_for(m, fast) for m in samples.values())
+
+
+def test_a_budget_change_covers_at_the_new_budget() -> None:
+    pl = InferencePlanner(MODES, SIZES, lambda samples: Model())
+    samples: dict[Pair, PairMeasurement] = {}
+    session = InferenceSession(pl, InferenceGoal(rate_hz=50, budget_w=20, latency_ms=20))
+    settle(session, samples)
+    before = set(samples)
+    session.set_budget(13)  # g=3 (14.1-15.6 W) is over; g=2 (11.1-12.6 W) is the fastest
+    served, taken = settle(session, samples)
+    covered = [a.pair for a in taken if a.cover]
+    assert covered and set(covered) == {pair(2, b) for b in SIZES} - before
+    assert session.new_pairs == len(taken) - len(covered)  # covering has its own allowance
+    assert served.feasible and samples[served.pair].power_w <= 13
+
+
+def test_covering_is_bounded_when_the_model_keeps_promising_faster_pairs() -> None:
+    class Promising:
+        """Every unmeasured pair predicted at 1 ms and 6 W: a batch size never looks covered."""
+
+        def __init__(self, samples):
+            self.samples = samples
+
+        def predict(self, modes, b):
+            return np.ones(len(b)), np.full(len(b), 6.0)
+
+    modes = np.array([(4, 1000, g, 1000) for g in range(1, 9)])
+    pl = InferencePlanner(modes, SIZES, Promising, max_pairs=30)
+    samples: dict[Pair, PairMeasurement] = {}
+
+    def measure(q: Pair) -> PairMeasurement:
+        return PairMeasurement(q, 50.0, 6.0, 50.0, 50)
+
+    session = InferenceSession(pl, InferenceGoal(rate_hz=10, budget_w=20, latency_ms=500))
+    served, taken = settle(session, samples, measure)
+    assert isinstance(served, ServePair)
+    assert sum(a.cover for a in taken) == len(SIZES) + COVER_EXTRA_PAIRS
+    # a rate change does not cover again
+    session.set_rate(12)
+    _, taken = settle(session, samples, measure)
+    assert not any(a.cover for a in taken)
