@@ -5,8 +5,8 @@ measured drains, and the drain judged on the median batch time."""
 from __future__ import annotations
 
 import numpy as np
+from pair_models import MODES, SIZES, Model, exact, pair
 
-from powerd.modes import PowerMode
 from powerd.optimize import inference
 from powerd.optimize.inference import (
     RESOLVE_MAX_PAIRS,
@@ -21,27 +21,6 @@ from powerd.optimize.inference import (
     fit_for,
     serves_within_budget,
 )
-
-MODES = np.array([(4, 1000, g, 1000) for g in (1, 2, 3)])
-SIZES = (1, 4, 16)
-
-
-class Model:
-    """Batch time (5 + 2b)/g ms, power 5 + 3g + 0.1b W: faster GPU clocks draw more."""
-
-    def predict(self, modes, b):
-        g = np.asarray(modes)[:, 2].astype(float)
-        b = np.asarray(b, float)
-        return (5 + 2 * b) / g, 5 + 3 * g + 0.1 * b
-
-
-def exact(pair: Pair) -> PairMeasurement:
-    t, p = Model().predict(np.array([pair.mode.as_tuple()]), np.array([pair.batch_size]))
-    return PairMeasurement(pair, float(t[0]), float(p[0]), float(t[0]), 50)
-
-
-def pair(g: int, b: int) -> Pair:
-    return Pair(PowerMode(4, 1000, g, 1000), b)
 
 
 def first_goal_samples() -> dict[Pair, PairMeasurement]:
