@@ -459,12 +459,18 @@ def judge_joint(
     best = float(bound[ok].max()) if feasible else float("nan")
     k = cycle_steps(int(b[i]), goal.rate_hz, float(t_i[i]), float(t_tr[i]))
     own = float(bound[i])
+    # without a target the latency is met when the inference queue drains
+    lat_ok = (
+        float(t_i[i]) < float(cyc[i])
+        if goal.latency_ms is None
+        else float(lat99) <= goal.latency_ms * 1.05
+    )
     return JointResult(
         goal,
         served,
         probes,
         feasible,
-        goal.latency_ms is None or float(lat99) <= goal.latency_ms * 1.05,
+        lat_ok,
         float(p[i]) <= goal.budget_w + 0.5,
         own / best if feasible and best > 0 else float("nan"),
         (k * goal.rate_hz / b[i]) / own if own > 0 else float("nan"),
