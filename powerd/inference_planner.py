@@ -171,6 +171,7 @@ class PairWindow:
     applied: float  # when the mode and batch size were set
     spec: WindowSpec
     batches: list[tuple[float, float]] = field(default_factory=list)  # (start, end)
+    cover: bool = False  # the pair covers the rate axis (see InferencePlanner._uncovered)
 
     @property
     def opens(self) -> float:
@@ -284,7 +285,6 @@ class InferenceJobsPlanner:
         self.budget_w: float | None = None
         self.window: PairWindow | None = None
         self.window_job: str | None = None
-        self.window_covers = False  # the window measures a covering pair (log only)
         self.serving: dict[str, ServePair] = {}
         self.batch_size: dict[str, int] = {}
         self.mode: PowerMode | None = None
@@ -367,16 +367,15 @@ class InferenceJobsPlanner:
         if w is not None and self.window_job == job.spec.id:
             if not w.ready(now):
                 return
-            self._record(job, w, " (covering the rate axis)" if self.window_covers else "")
+            self._record(job, w, " (covering the rate axis)" if w.cover else "")
             self.window, self.window_job = None, None
         action = job.session.next_action(job.samples)
         if isinstance(action, MeasurePair):
             self._set(job, action.pair)
             self.window, self.window_job = (
-                PairWindow(action.pair, time.monotonic(), self.spec),
+                PairWindow(action.pair, time.monotonic(), self.spec, cover=action.cover),
                 job.spec.id,
             )
-            self.window_covers = action.cover
             self.serving.pop(job.spec.id, None)
             return
         before = self.serving.get(job.spec.id)

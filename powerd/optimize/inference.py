@@ -529,8 +529,7 @@ class InferencePlanner:
         within the budget at every batch size, once measured, covers every rate: a later
         rate change finds a measured pair fitting it whenever one can, and re-solves with
         no new measurement."""
-        sizes = list(self.batch_sizes)
-        for b in [sizes[0], sizes[-1]] + sizes[1:-1]:
+        for b in self._size_order():
             on_b = self.grid_b == b
             cand = on_b & ~measured & np.isfinite(t) & (p + self.power_margin_w <= budget_w)
             if not cand.any():
@@ -636,13 +635,18 @@ class InferencePlanner:
             return None
         return int(idx[np.lexsort((idx, tie[idx], score[idx]))[0]])
 
+    def _size_order(self) -> list[int]:
+        """The batch sizes in the order seeds and covering visit them: the smallest, the
+        largest, then the middle ones (the ends pin the model's batch-size scale)."""
+        sizes = list(self.batch_sizes)
+        return list(dict.fromkeys([sizes[0], sizes[-1]] + sizes[1:-1]))
+
     def _seed(
         self, lat: np.ndarray, t: np.ndarray, viol: np.ndarray, measured: np.ndarray
     ) -> int | None:
         """Spread seeds: the predicted lowest-latency pair within the budget (and drain
         limit) at the smallest, then the largest batch size, then the middle ones."""
-        sizes = list(self.batch_sizes)
-        for b in [sizes[0], sizes[-1]] + sizes[1:-1]:
+        for b in self._size_order():
             on_b = self.grid_b == b
             if (measured & on_b).any():
                 continue

@@ -307,14 +307,14 @@ def fit_pair_model(
     xt, xp = th.design(rt, b), ph.design(rp, b)
     tc = _ridge_to_prior(xt, yt, tp, _LAMBDAS)
     pc = _ridge_to_prior(xp, yp, pp, _LAMBDAS)
+    res_t, res_p = yt - xt @ tc, yp - xp @ pc
     local = None
     if LOCAL_WIDTH > 0:  # 0: the heads alone
-        res_t, res_p = yt - xt @ tc, yp - xp @ pc
         local = _Local(_log_point(modes, b), res_t, res_p, LOCAL_WIDTH, LOCAL_SHRINK)
     n = len(ms)
     sd = tuple(
         float(np.sqrt((np.sum(r**2) + SPREAD_PRIOR_N * s0**2) / (n + SPREAD_PRIOR_N)))
-        for r, s0 in ((yt - xt @ tc, SPREAD_PRIOR_T), (yp - xp @ pc, SPREAD_PRIOR_P))
+        for r, s0 in ((res_t, SPREAD_PRIOR_T), (res_p, SPREAD_PRIOR_P))
     )
     return FittedPairModel(prior, _Head(tc, lb2), _Head(pc, lb2), local, sd)
 
