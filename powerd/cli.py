@@ -434,6 +434,8 @@ def _job_detail(j: dict[str, Any]) -> str:
             parts.append(f"INFEASIBLE (best {_ms(j.get('best_latency_ms'))})")
         elif feas:
             parts.append("feasible")
+        if j.get("draining_backlog"):
+            parts.append("draining a backlog (fastest fit pair)")
         parts.append(f"{j.get('pairs_profiled', 0)} pairs profiled")
     elif j.get("steps_per_s") is not None:
         bound = j.get("throughput_bound_hz")

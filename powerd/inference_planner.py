@@ -14,6 +14,10 @@ Rate changes (`set_rate`, or an observed arrival rate off by `rate_drift` for
 `rate_drift_s`) re-solve from what is measured: no new pair is profiled while a measured
 pair fits the new goal, and a few (RESOLVE_MAX_PAIRS) when none does.
 
+A job served alone whose batches run back to back (a backlog in the client's queue) is
+served the fastest measured pair that fits its goal until gaps show the queue drained
+(`powerd.optimize.backlog`).
+
 Measured pairs are kept per workload in an `InferenceSamples` owned by the control loop
 (so a planner change, e.g. interleaving starting and ending, keeps them) and persisted as
 `inference.json` next to the workload's training samples.
@@ -33,6 +37,7 @@ from typing import Any
 import numpy as np
 
 from powerd.modes import PowerMode
+from powerd.optimize.backlog import BACKLOG_SHARE, DRAINED_SHARE, busy_share, recovery_pair
 from powerd.optimize.base import Measurement
 from powerd.optimize.inference import (
     InferenceGoal,
@@ -230,6 +235,9 @@ class _InfJob:
     rate_source: str = "client"  # "client" (register/set_rate) or "observed"
     told_rate: float | None = None  # the rate the client last told us
     resolves: int = 0
+    # serving the fastest fit pair until the batches show the queue drained (see
+    # powerd.optimize.backlog)
+    draining: bool = False
     # reported a batch since registering (or since a shared window it left empty): a job
     # that runs no batches takes no part in a shared solve and must not stall its windows
     active: bool = False
@@ -334,6 +342,7 @@ class InferenceJobsPlanner:
             job.spec = spec
             if budget_changed:
                 job.session.set_budget(budget_w)
+                job.draining = False
                 self.serving.pop(spec.id, None)
         self.store.forget({j.spec.workload for j in self.jobs.values()})
 
@@ -371,6 +380,7 @@ class InferenceJobsPlanner:
             self.window, self.window_job = None, None
         action = job.session.next_action(job.samples)
         if isinstance(action, MeasurePair):
+            job.draining = False
             self._set(job, action.pair)
             self.window, self.window_job = (
                 PairWindow(action.pair, time.monotonic(), self.spec, cover=action.cover),
@@ -379,12 +389,15 @@ class InferenceJobsPlanner:
             self.serving.pop(job.spec.id, None)
             return
         before = self.serving.get(job.spec.id)
+        action = self._drain_backlog(job, action, before)
         self._set(job, action.pair)
         self.serving[job.spec.id] = action
         if before is None or before.pair != action.pair:
             # the arrival rate is read from batches of this size once the client uses it
             job.served_ends.clear()
             job.served_since = time.monotonic() + self.spec.settle_s
+        if job.draining:
+            return  # logged by _drain_backlog
         if before is None or before.pair != action.pair or before.feasible != action.feasible:
             g = job.session.goal
             if action.feasible:
@@ -543,6 +556,7 @@ class InferenceJobsPlanner:
             "best_latency_ms": None if served is None or served.feasible else served.latency_ms,
             "pairs_profiled": len(job.samples),
             "resolves": job.resolves,
+            "draining_backlog": job.draining,
             **self._joint_extra(job_id),
         }
 
@@ -593,7 +607,45 @@ class InferenceJobsPlanner:
         job.session.set_rate(rate)  # no new pair while a measured one fits (module doc)
         job.resolves += 1
         job.drift_since = None
+        job.draining = False
         self.serving.pop(job.spec.id, None)
+
+    def _drain_backlog(
+        self, job: _InfJob, chosen: ServePair, before: ServePair | None
+    ) -> ServePair:
+        """`chosen` (the goal's pick), or the fastest fit pair while the client's queue
+        holds a backlog: batches of `chosen` running back to back start the draining, gaps
+        between the faster pair's batches end it (powerd.optimize.backlog)."""
+        goal = job.session.goal
+        fast = recovery_pair(job.samples, goal, chosen)
+        if fast is None:
+            job.draining = False
+            return chosen
+        if job.draining:
+            share = busy_share(job.served_ends)
+            if before is not None and before.pair == fast.pair and share is not None:
+                if share < DRAINED_SHARE:
+                    job.draining = False
+                    log.info(
+                        "job %s: backlog drained (batches %.0f %% busy)", job.spec.id, 100 * share
+                    )
+                    return chosen
+            return fast
+        share = busy_share(job.served_ends, span_s=(goal.latency_ms or 0.0) / 1000.0)
+        if before is not None and before.pair == chosen.pair and share is not None:
+            if share >= BACKLOG_SHARE:
+                job.draining = True
+                log.info(
+                    "job %s: batches run back to back (%.0f %% busy): a backlog; serving the "
+                    "fastest fit pair %s b=%d (%.2f W) until it drains",
+                    job.spec.id,
+                    100 * share,
+                    fast.pair.mode,
+                    fast.pair.batch_size,
+                    fast.power_w,
+                )
+                return fast
+        return chosen
 
     def _watch_rate(self, job: _InfJob, now: float) -> None:
         """The arrival rate seen in the batch ends: b requests per batch interval."""

@@ -222,6 +222,10 @@ class InferenceClient:
     def set_latency(self, latency_ms: float | None) -> None:
         self._do(("latency", latency_ms))
 
+    def burst(self, n: int) -> None:
+        """n extra requests arrive at once (a backlog for the daemon to drain)."""
+        self._do(("burst", n))
+
     def since(self, t: float) -> list[Request]:
         with self._lock:
             return [q for q in self.requests if q.arrival >= t]
@@ -284,6 +288,12 @@ class InferenceClient:
                 while self._todo:
                     cmd, done = self._todo.popleft()
                     try:
+                        if cmd[0] == "burst":
+                            now = time.monotonic()
+                            pending.extend([now] * cmd[1])
+                            with self._lock:
+                                self.arrivals.extend([now] * cmd[1])
+                            continue
                         inf = self._apply(inf, cmd)
                         # a new goal starts from an empty queue: a backlog of the old goal
                         # (a queue that did not drain) would decide the new goal's latencies
