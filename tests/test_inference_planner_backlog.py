@@ -52,16 +52,17 @@ def planner(applied: list[PowerMode]) -> InferenceJobsPlanner:
     return InferenceJobsPlanner(hooks, spec, MODES, store, lambda: lambda s: Model(), settings)
 
 
-def register(pl: InferenceJobsPlanner) -> None:
+def register(pl: InferenceJobsPlanner, rate_hz: float = RATE, registered: float | None = None):
+    """Register job j1 at `rate_hz` (again, with its `registered` time: a rate change)."""
     spec = JobSpec(
         id="j1",
         kind="inference",
         workload="w",
         persistent=False,
         budget_w=BUDGET_W,
-        registered=time.monotonic(),
+        registered=time.monotonic() if registered is None else registered,
         latency_ms=400.0,
-        rate_hz=RATE,
+        rate_hz=rate_hz,
         batch_sizes=(B,),
     )
     pl.sync([spec], BUDGET_W, time.monotonic())
@@ -115,18 +116,6 @@ def test_a_rate_change_while_draining_re_solves_for_the_new_rate():
     job = pl.jobs["j1"]
     run_batches(pl, 0.088, 0.0)
     assert job.draining
-    spec = JobSpec(
-        id="j1",
-        kind="inference",
-        workload="w",
-        persistent=False,
-        budget_w=BUDGET_W,
-        registered=job.spec.registered,
-        latency_ms=400.0,
-        rate_hz=50.0,
-        batch_sizes=(B,),
-    )
-    pl.sync([spec], BUDGET_W, time.monotonic())
-    pl.tick(time.monotonic())
+    register(pl, rate_hz=50.0, registered=job.spec.registered)
     # at 50/s the least-power pair is 44 % busy and no pair drains twice as fast: no draining
     assert not job.draining and pl.serving["j1"].pair == pair(1)
