@@ -37,7 +37,13 @@ from typing import Any
 import numpy as np
 
 from powerd.modes import PowerMode
-from powerd.optimize.backlog import BACKLOG_SHARE, DRAINED_SHARE, busy_share, recovery_pair
+from powerd.optimize.backlog import (
+    BACKLOG_SHARE,
+    DRAINED_SHARE,
+    backlog_span_s,
+    busy_share,
+    recovery_pair,
+)
 from powerd.optimize.base import Measurement
 from powerd.optimize.inference import (
     InferenceGoal,
@@ -228,7 +234,8 @@ class _InfJob:
     batches: collections.deque = field(
         default_factory=lambda: collections.deque(maxlen=RECENT_BATCHES)
     )
-    served_ends: collections.deque = field(default_factory=lambda: collections.deque(maxlen=512))
+    # enough to span a backlog without a latency target: up to ~20 s of batches of 1
+    served_ends: collections.deque = field(default_factory=lambda: collections.deque(maxlen=2048))
     served_since: float = 0.0
     drift_since: float | None = None
     observed_rate: float | None = None
@@ -631,7 +638,8 @@ class InferenceJobsPlanner:
                     )
                     return chosen
             return fast
-        share = busy_share(job.served_ends, span_s=(goal.latency_ms or 0.0) / 1000.0)
+        span = backlog_span_s(job.samples, goal, chosen.pair, fast.pair)
+        share = None if span is None else busy_share(job.served_ends, span_s=span)
         if before is not None and before.pair == chosen.pair and share is not None:
             if share >= BACKLOG_SHARE:
                 job.draining = True

@@ -20,21 +20,35 @@ MODES = np.array([(4, 1000, g, 1000) for g in (1, 2, 3)])
 BUDGET_W = 15.0
 RATE = 100.0  # requests/s: a batch of 10 fills in 100 ms
 B = 10
-# measured: g=1 the least power at 88 % busy, g=3 the fastest fit (40 % busy)
-MEASURED = {1: (88.0, 11.0), 2: (70.0, 13.0), 3: (40.0, 14.5)}
 
 
-def pair(g: int) -> Pair:
-    return Pair(PowerMode(4, 1000, g, 1000), B)
+def pair(g: int, b: int = B) -> Pair:
+    return Pair(PowerMode(4, 1000, g, 1000), b)
+
+
+# measured (batch ms, W): g=1 the least power at 88 % busy, g=3 the fastest fit (40 % busy)
+MEASURED = {pair(1): (88.0, 11.0), pair(2): (70.0, 13.0), pair(3): (40.0, 14.5)}
+# for a job without a latency target: b=1 the least latency (80 % busy at 100/s), b=10 the
+# most spare capacity (40 % busy) but 90 ms to fill
+BY_SIZE = {pair(1, 1): (8.0, 12.0), pair(1, B): (40.0, 12.0)}
 
 
 class Model:
+    def __init__(self, measured: dict[Pair, tuple[float, float]]):
+        self.measured = measured
+
     def predict(self, modes, b):
-        g = np.asarray(modes)[:, 2].astype(int)
-        return np.array([MEASURED[x][0] for x in g]), np.array([MEASURED[x][1] for x in g])
+        sizes = np.broadcast_to(b, (len(modes),))
+        got = [
+            self.measured.get(Pair(PowerMode(*map(int, x)), int(k)), (1e3, 99.0))
+            for x, k in zip(modes, sizes, strict=True)
+        ]
+        return np.array([t for t, _ in got]), np.array([p for _, p in got])
 
 
-def planner(applied: list[PowerMode]) -> InferenceJobsPlanner:
+def planner(
+    applied: list[PowerMode], measured: dict[Pair, tuple[float, float]] = MEASURED
+) -> InferenceJobsPlanner:
     hooks = BoardHooks(
         apply_mode=applied.append,
         power=lambda t0, t1: [],
@@ -44,15 +58,22 @@ def planner(applied: list[PowerMode]) -> InferenceJobsPlanner:
         workload=lambda kind, name, persistent: None,
     )
     spec = WindowSpec(settle_s=0.0, window_s=0.2, min_steps=3)
-    settings = InferenceSettings(batch_sizes=(B,), max_pairs=3, sensor_lag_s=0.0)
+    sizes = tuple(sorted({q.batch_size for q in measured}))
+    settings = InferenceSettings(batch_sizes=sizes, max_pairs=3, sensor_lag_s=0.0)
     store = InferenceSamples(lambda name: None, lambda name, doc: None)
     known = store.of("w", False)
-    for g, (t, p) in MEASURED.items():
-        known[pair(g)] = PairMeasurement(pair(g), t, p, t, 40, 0.1, 50)
-    return InferenceJobsPlanner(hooks, spec, MODES, store, lambda: lambda s: Model(), settings)
+    for q, (t, p) in measured.items():
+        known[q] = PairMeasurement(q, t, p, t, 40, 0.1, 50)
+    model = Model(measured)
+    return InferenceJobsPlanner(hooks, spec, MODES, store, lambda: lambda s: model, settings)
 
 
-def register(pl: InferenceJobsPlanner, rate_hz: float = RATE, registered: float | None = None):
+def register(
+    pl: InferenceJobsPlanner,
+    rate_hz: float = RATE,
+    registered: float | None = None,
+    latency_ms: float | None = 400.0,
+):
     """Register job j1 at `rate_hz` (again, with its `registered` time: a rate change)."""
     spec = JobSpec(
         id="j1",
@@ -61,17 +82,19 @@ def register(pl: InferenceJobsPlanner, rate_hz: float = RATE, registered: float 
         persistent=False,
         budget_w=BUDGET_W,
         registered=time.monotonic() if registered is None else registered,
-        latency_ms=400.0,
+        latency_ms=latency_ms,
         rate_hz=rate_hz,
-        batch_sizes=(B,),
+        batch_sizes=pl.settings.batch_sizes,
     )
     pl.sync([spec], BUDGET_W, time.monotonic())
     pl.tick(time.monotonic())
 
 
 def run_batches(pl: InferenceJobsPlanner, batch_s: float, period_s: float, n: int = 10) -> None:
-    """n batches from now on, one every `period_s` (back to back when 0), then a tick."""
-    t = time.monotonic() + 0.001
+    """n batches from now on (or after the last one fed), one every `period_s` (back to back
+    when 0), then a tick."""
+    job = pl.jobs["j1"]
+    t = max([time.monotonic()] + [e for _, e in job.batches]) + 0.001
     ends, durations = [], []
     for _ in range(n):
         ends.append(t + batch_s)
@@ -119,3 +142,20 @@ def test_a_rate_change_while_draining_re_solves_for_the_new_rate():
     register(pl, rate_hz=50.0, registered=job.spec.registered)
     # at 50/s the least-power pair is 44 % busy and no pair drains twice as fast: no draining
     assert not job.draining and pl.serving["j1"].pair == pair(1)
+
+
+def test_without_a_latency_target_only_a_backlog_of_a_drain_pair_batch_is_drained():
+    pl = planner([], BY_SIZE)
+    register(pl, latency_ms=None)
+    job = pl.jobs["j1"]
+    assert pl.serving["j1"].pair == pair(1, 1)  # the least latency
+    # back to back, b=1 takes 125 - 100 = 25 requests/s more than arrive: 10 queued (a
+    # b=10 batch) take 0.4 s to show. A 0.3-s spell (a switch's few queued requests) is
+    # left to drain by itself: a b=10 batch would make them wait for it to fill
+    run_batches(pl, 0.008, 0.0, n=38)
+    assert not job.draining and pl.serving["j1"].pair == pair(1, 1)
+    run_batches(pl, 0.008, 0.0, n=40)
+    assert job.draining and pl.serving["j1"].pair == pair(1, B)
+    # drained: the b=10 batches wait for their requests, and the least latency returns
+    run_batches(pl, 0.040, 0.100)
+    assert not job.draining and pl.serving["j1"].pair == pair(1, 1)

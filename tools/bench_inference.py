@@ -32,6 +32,7 @@ import time
 import numpy as np
 
 from powerd.modes import PowerMode
+from powerd.optimize.backlog import WATCH_BATCHES
 from powerd.optimize.base import Measurement
 from powerd.optimize.inference import (
     InferenceGoal,
@@ -398,6 +399,42 @@ def _settle(eb, client, scale: float, budget: float, timeout_s: float) -> dict |
     return None
 
 
+def _drained(
+    eb, client, gpu, t0: float, b: int, span_s: float, timeout_s: float
+) -> tuple[float, bool]:
+    """When a steady-state window may open for a job served a fit pair: a backlog drain is a
+    transient at a faster pair, and the planner needs WATCH_BATCHES batches of the new size
+    spanning the latency target, after the switch has settled, to see one (the requests
+    queued while the client switches batch size can start one). So: once that many batches
+    ran, the job is not draining and less than a batch is queued (t0 itself if no wait was
+    needed); and whether it drained. Without a target a drain starts only once the queue
+    holds a batch of the drain pair, so a backlog left by an infeasible goal (growing for
+    minutes) is waited for too."""
+    deadline = time.monotonic() + timeout_s
+    waited = drained = False
+    watched = t0 + eb.config.profiling.settle_ms / 1000.0
+    while time.monotonic() < deadline:
+        ends = [
+            sl.end for sl in list(gpu.log) if sl.start >= watched and sl.kind == f"inference/{b}"
+        ]
+        # two batches more: the planner reads them at its next tick
+        if len(ends) >= WATCH_BATCHES + 2 and ends[-1] - ends[0] >= span_s:
+            break
+        waited = True
+        time.sleep(0.02)
+    while time.monotonic() < deadline:
+        job = _job_of(eb.status(), client.job_id)
+        if job is None:
+            break
+        if job.get("draining_backlog"):
+            drained = True
+        elif client.backlog < b:
+            break
+        waited = True
+        time.sleep(0.05)
+    return (time.monotonic() if waited else t0), drained
+
+
 def _steady(client, t0: float, rate: float, b: int, scale: float) -> tuple[list, list, float]:
     """Client-measured latencies (trace ms) of the requests that arrive in a steady-state
     window after t0: at least 150 requests and 6 batches (trace time), capped at 40 trace s.
@@ -471,7 +508,13 @@ def through_daemon(scale: float, max_pairs: int, quick: bool, daemon_log: str | 
                     rows.append({"kind": kind, "decided": False})
                     return
                 job, b = got["job"], got["job"]["batch_size"]
-                lats, reqs, t_w = _steady(client, got["at"], rate, b, scale)
+                # a backlog drain (at a fit decision) is a transient at a faster fit pair:
+                # steady state opens once one would have shown and ended
+                t_open, drained = got["at"], False
+                if job["feasible"]:
+                    span = (lat or 0.0) / 1000.0 * scale
+                    t_open, drained = _drained(eb, client, gpu, t_open, b, span, 60 * scale)
+                lats, reqs, t_w = _steady(client, t_open, rate, b, scale)
                 p99 = float(np.percentile(lats, 99)) if lats else float("nan")
                 p50 = float(np.percentile(lats, 50)) if lats else float("nan")
                 # every batch that ran in the window (also those of requests that arrived
@@ -501,6 +544,8 @@ def through_daemon(scale: float, max_pairs: int, quick: bool, daemon_log: str | 
                     "pairs": job["pairs_profiled"],
                     "new_pairs": None if before is None else job["pairs_profiled"] - before,
                     "settle_s": (got["at"] - t_change) / scale,
+                    "drain_s": (t_open - got["at"]) / scale,
+                    "drained": drained,
                     "switches": len(used),
                 }
                 row["pow_ok"] = power <= budget + 0.5
@@ -535,7 +580,13 @@ def through_daemon(scale: float, max_pairs: int, quick: bool, daemon_log: str | 
                     + f", served pair on the trace: {true_lat:.0f} ms, t/drain "
                     f"{tv.time_ms / (0.9 * b * 1000.0 / rate):.2f}"
                     + f", settled {row['settle_s']:.1f} trace s "
-                    f"[{time.monotonic() - t_start:.0f} s]",
+                    + (
+                        f"(window {row['drain_s']:.1f} s later"
+                        + (", after a drain) " if drained else ") ")
+                        if row["drain_s"] > 0
+                        else ""
+                    )
+                    + f"[{time.monotonic() - t_start:.0f} s]",
                     flush=True,
                 )
 
@@ -597,6 +648,13 @@ def _daemon_summary(rows: list[dict], wall_s: float) -> None:
         f"  feasible points meeting latency (client p99 <= 1.05 L; no L: the queue drains) and "
         f"power (true <= B+0.5 W): "
         f"{pct(100 * np.mean(meet)) if meet else '-'} ({sum(meet)}/{len(meet)})"
+    )
+    waits = [r["drain_s"] for r in ok if r["drain_s"] > 0]
+    print(
+        f"  points whose window waited for the planner's backlog watch (8 batches, the "
+        f"latency target's span) and the queue: {len(waits)}"
+        + (f" (longest wait {max(waits):.1f} trace s)" if waits else "")
+        + f"; of them after a backlog drain: {sum(r['drained'] for r in ok)}"
     )
     fits = [r["pair_fits"] for r in feas]
     print(

@@ -11,14 +11,20 @@ The daemon never sees the client's queue, but it sees the batches: with requests
 waiting, the client starts the next batch as soon as the last one ends, so the batches
 run back to back; with none, each batch waits for its b requests to arrive, and the GPU
 idles between batches for a share 1 - r*t/b. So a busy share near 1 over several batches
-of a pair that should leave gaps means a backlog. One that lasts at least the latency
-target costs requests their target (a shorter one, such as the few batches queued while
-the client switches to a new batch size, drains by itself). Then the measured pair that
-fits the goal with the most spare capacity (its measured power within the budget, its
-worst-case latency within the target) serves until gaps show again, and the least-power
-pair takes over. Only with a latency target: without one the served pair is already the
-least-latency one, and a pair with more spare capacity has a larger batch, so a longer
-fill wait (at a low rate, seconds).
+of a pair that should leave gaps means a backlog. Then the measured pair that fits the
+goal with the most spare capacity (its measured power within the budget; with a target,
+its worst-case latency within it) serves until gaps show again, and the goal's own pair
+takes over.
+
+How long the batches must run back to back first (`backlog_span_s`):
+- with a latency target, the target's span: a shorter backlog, such as the few batches
+  queued while the client switches to a new batch size, drains by itself, and costs no
+  request its target;
+- without one, long enough that the queue must hold at least one batch of the drain pair
+  (back to back for T s, the served pair took T * (b/t - r) requests more than arrived).
+  The served pair is then the least-latency one, and the drain pair has a larger batch:
+  with less than a batch of it queued, its requests would wait for the batch to fill (at a
+  low rate, seconds), longer than the backlog would have made them wait.
 
 Pure, like the rest of :mod:`powerd.optimize`: batch windows and measurements in,
 answers out.
@@ -75,13 +81,27 @@ def load_share(m: PairMeasurement, rate_hz: float) -> float:
     return rate_hz * m.batch_ms / 1000.0 / m.pair.batch_size
 
 
+def backlog_span_s(
+    samples: Mapping[Pair, PairMeasurement], goal: InferenceGoal, served: Pair, fast: Pair
+) -> float | None:
+    """How long `served`'s batches must run back to back to mean a backlog worth draining
+    with `fast` (module docstring); None when the served pair does not drain at all."""
+    if goal.latency_ms is not None:
+        return goal.latency_ms / 1000.0
+    here = samples.get(served)
+    if here is None or not here.batch_ms > 0:
+        return None
+    spare = served.batch_size * 1000.0 / here.batch_ms - goal.rate_hz  # requests/s
+    return fast.batch_size / spare if spare > 0 else None
+
+
 def recovery_pair(
     samples: Mapping[Pair, PairMeasurement], goal: InferenceGoal, served: ServePair
 ) -> ServePair | None:
     """The measured pair that fits `goal` with the most spare capacity, if it drains a
     backlog clearly faster than `served` (None otherwise, or when `served` does not fit)."""
     here = samples.get(served.pair)
-    if goal.latency_ms is None or not served.feasible or here is None:
+    if not served.feasible or here is None:
         return None
     fits = [m for m in samples.values() if fit_for(m, goal)]
     if not fits:

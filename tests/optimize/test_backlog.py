@@ -12,6 +12,7 @@ from powerd.optimize.backlog import (
     BACKLOG_SHARE,
     DRAINED_SHARE,
     WATCH_BATCHES,
+    backlog_span_s,
     busy_share,
     load_share,
     recovery_pair,
@@ -104,13 +105,25 @@ def test_no_recovery_pair_when_none_drains_clearly_faster_or_the_served_pair_doe
     assert recovery_pair({fast.pair: fast}, GOAL, serve(slow)) is None
 
 
-def test_without_a_latency_target_the_served_least_latency_pair_stays():
-    # more spare capacity means a larger batch, a longer fill wait: never traded for it
+def test_without_a_latency_target_a_backlog_must_hold_a_batch_of_the_drain_pair():
+    # the least-latency pair at 88 % busy; a b=40 pair at 25 % busy drains faster, but its
+    # batch takes 390 ms to fill: worth it only once 40 requests wait
     slow = m(1, 10, 88.0, 11.0)
-    big = m(3, 40, 100.0, 12.0)  # 25 % busy, but 390 ms to fill
+    big = m(3, 40, 100.0, 12.0)
     samples = {x.pair: x for x in (slow, big)}
-    assert recovery_pair(samples, InferenceGoal(RATE, 15.0, None), serve(slow)) is None
-    assert recovery_pair(samples, InferenceGoal(RATE, 15.0, 600.0), serve(slow)).pair == big.pair
+    free = InferenceGoal(RATE, 15.0, None)
+    assert recovery_pair(samples, free, serve(slow)).pair == big.pair
+    # back to back, the served pair takes 1000 * 10 / 88 - 100 = 13.6 requests/s more than
+    # arrive: 40 queued take 2.9 s of back-to-back batches to show
+    span = backlog_span_s(samples, free, slow.pair, big.pair)
+    assert span == pytest.approx(40 / (10_000 / 88 - RATE))
+    assert busy_share(batches(0.088, 0.0, n=20), span_s=span) is None  # 1.7 s: too short
+    assert busy_share(batches(0.088, 0.0, n=40), span_s=span) >= BACKLOG_SHARE
+    # with a target its own span decides (a shorter backlog costs no request its target)
+    assert backlog_span_s(samples, GOAL, slow.pair, big.pair) == pytest.approx(0.4)
+    # a served pair that does not drain at the rate has no span
+    jammed = m(1, 10, 120.0, 11.0)
+    assert backlog_span_s({jammed.pair: jammed}, free, jammed.pair, big.pair) is None
 
 
 def test_a_recovery_pair_must_fit_the_goal_latency_included():
