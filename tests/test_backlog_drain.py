@@ -9,8 +9,6 @@ times real time)."""
 
 from __future__ import annotations
 
-import os
-import tempfile
 import time
 
 import pytest
@@ -34,18 +32,17 @@ def batches():
 
 
 @pytest.fixture
-def board(batches):
-    shm = "/dev/shm" if os.path.isdir("/dev/shm") else None
-    with tempfile.TemporaryDirectory(prefix="powerd-backlog-", dir=shm) as d:
-        eb = EmulatedBoard(
-            "orin-agx",
-            batches[4],
-            time_scale=SCALE,
-            workdir=d,
-            config={"inference": {"max_pairs": 8}, "profiling": {"min_steps": 3}},
-        )
-        with eb:
-            yield eb, Gpu(eb.emulator, idle_power(batches[4]), time_scale=SCALE)
+def board(batches, tmp_path):
+    # the harness keeps the emulated sysfs tree in memory (tmpfs) whatever the workdir
+    eb = EmulatedBoard(
+        "orin-agx",
+        batches[4],
+        time_scale=SCALE,
+        workdir=tmp_path,
+        config={"inference": {"max_pairs": 8}, "profiling": {"min_steps": 3}},
+    )
+    with eb:
+        yield eb, Gpu(eb.emulator, idle_power(batches[4]), time_scale=SCALE)
 
 
 def _job(eb: EmulatedBoard, job_id: str) -> dict | None:

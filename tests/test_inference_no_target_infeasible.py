@@ -4,9 +4,6 @@ failed formatting that report: "unsupported format string passed to NoneType")."
 
 from __future__ import annotations
 
-import os
-import tempfile
-
 import pytest
 
 from powerd.sim.gpu import Gpu, idle_power
@@ -24,43 +21,42 @@ def batches():
     return load_batch_traces(TRACE_DIR / "orin_agx_resnet18_imagenet_infer.csv", (4, 16))
 
 
-def test_no_target_and_no_queue_that_drains_is_reported_not_a_crash(batches) -> None:
-    shm = "/dev/shm" if os.path.isdir("/dev/shm") else None
-    with tempfile.TemporaryDirectory(prefix="powerd-noL-", dir=shm) as d:
-        eb = EmulatedBoard(
-            "orin-agx",
-            batches[4],
-            time_scale=SCALE,
-            workdir=d,
-            config={"inference": {"max_pairs": 3}, "profiling": {"min_steps": 3}},
-        )
-        with eb:
-            gpu = Gpu(eb.emulator, idle_power(batches[4]), time_scale=SCALE)
-            with InferenceClient(
-                gpu,
-                batches,
-                RATE,
-                budget_w=BUDGET,
-                latency_ms=None,
-                workload="flood",
-                endpoint=eb.endpoint,
-            ) as client:
-                seen: dict = {}
+def test_no_target_and_no_queue_that_drains_is_reported_not_a_crash(batches, tmp_path) -> None:
+    # the harness keeps the emulated sysfs tree in memory (tmpfs) whatever the workdir
+    eb = EmulatedBoard(
+        "orin-agx",
+        batches[4],
+        time_scale=SCALE,
+        workdir=tmp_path,
+        config={"inference": {"max_pairs": 3}, "profiling": {"min_steps": 3}},
+    )
+    with eb:
+        gpu = Gpu(eb.emulator, idle_power(batches[4]), time_scale=SCALE)
+        with InferenceClient(
+            gpu,
+            batches,
+            RATE,
+            budget_w=BUDGET,
+            latency_ms=None,
+            workload="flood",
+            endpoint=eb.endpoint,
+        ) as client:
+            seen: dict = {}
 
-                def reported() -> bool:
-                    job = next(j for j in eb.status()["jobs"] if j["id"] == client.job_id)
-                    seen["job"] = job
-                    return job["phase"] in ("tuned", "idle") and job["feasible"] is False
+            def reported() -> bool:
+                job = next(j for j in eb.status()["jobs"] if j["id"] == client.job_id)
+                seen["job"] = job
+                return job["phase"] in ("tuned", "idle") and job["feasible"] is False
 
-                assert poll_until(reported, 60.0, period_s=0.1), (seen, eb.log_tail())
-                job = seen["job"]
-                assert "a queue that drains cannot be met" in job["message"]
-                assert job["best_latency_ms"] is not None
-                # served within the budget on the trace's truth
-                b = job["batch_size"]
-                from powerd.modes import PowerMode
+            assert poll_until(reported, 60.0, period_s=0.1), (seen, eb.log_tail())
+            job = seen["job"]
+            assert "a queue that drains cannot be met" in job["message"]
+            assert job["best_latency_ms"] is not None
+            # served within the budget on the trace's truth
+            b = job["batch_size"]
+            from powerd.modes import PowerMode
 
-                mode = PowerMode(**eb.status()["mode"])
-                assert batches[b].lookup(mode).power_w <= BUDGET + 0.5
-            log = eb.daemon_log.read_text()
+            mode = PowerMode(**eb.status()["mode"])
+            assert batches[b].lookup(mode).power_w <= BUDGET + 0.5
+        log = eb.daemon_log.read_text()
     assert "internal error" not in log

@@ -10,8 +10,6 @@ times real time): rate_drift_s = 2 wall s is the issue's 10 s of board time.
 
 from __future__ import annotations
 
-import os
-import tempfile
 import time
 
 import pytest
@@ -36,22 +34,21 @@ def batches():
 
 
 @pytest.fixture
-def board(batches):
-    # tmpfs: the emulator's power-file writes must not stall behind other jobs' disk I/O
-    shm = "/dev/shm" if os.path.isdir("/dev/shm") else None
-    with tempfile.TemporaryDirectory(prefix="powerd-drift-", dir=shm) as d:
-        eb = EmulatedBoard(
-            "orin-agx",
-            batches[4],
-            time_scale=SCALE,
-            workdir=d,
-            config={
-                "inference": {"max_pairs": 8, "rate_drift_s": DRIFT_S},
-                "profiling": {"min_steps": 3},
-            },
-        )
-        with eb:
-            yield eb, Gpu(eb.emulator, idle_power(batches[4]), time_scale=SCALE)
+def board(batches, tmp_path):
+    # the harness keeps the emulated sysfs tree in memory (tmpfs) whatever the workdir: the
+    # emulator's power-file writes must not stall behind other jobs' disk I/O
+    eb = EmulatedBoard(
+        "orin-agx",
+        batches[4],
+        time_scale=SCALE,
+        workdir=tmp_path,
+        config={
+            "inference": {"max_pairs": 8, "rate_drift_s": DRIFT_S},
+            "profiling": {"min_steps": 3},
+        },
+    )
+    with eb:
+        yield eb, Gpu(eb.emulator, idle_power(batches[4]), time_scale=SCALE)
 
 
 def _job(eb: EmulatedBoard, job_id: str) -> dict | None:
