@@ -15,6 +15,33 @@ def _plain_ms(value: float, _pos: object = None) -> str:
     return f"{value:.3g}"
 
 
+def tick_decimals(values: list[float], most: int = 4) -> int:
+    """The fewest decimals (up to `most`) that write every tick value exactly: a flat front
+    spans a fraction of a millisecond, and at 3 significant digits its ticks 20.08, 20.10
+    and 20.12 all read 20.1."""
+    for d in range(most + 1):
+        if all(abs(float(f"{v:.{d}f}") - v) <= 1e-9 * max(1.0, abs(v)) for v in values):
+            return d
+    return most
+
+
+def _linear_ms_formatter() -> Any:
+    """Plain-ms tick labels, all with the decimals the finest tick needs."""
+    from matplotlib.ticker import Formatter
+
+    class LinearMs(Formatter):
+        decimals = 1
+
+        def format_ticks(self, values: Any) -> list[str]:
+            self.decimals = tick_decimals([v for v in values if v > 0])
+            return [self(v) for v in values]
+
+        def __call__(self, x: float, pos: Any = None) -> str:
+            return f"{x:.{self.decimals}f}" if x > 0 else ""
+
+    return LinearMs()
+
+
 def chosen_point(rows: list[dict[str, Any]], extra: dict[str, Any], budget_w: float | None):
     """(row, label) of the mode to mark: the daemon's pinned mode when it reports one, else
     the fastest predicted front mode within the budget; None when neither exists."""
@@ -29,7 +56,8 @@ def chosen_point(rows: list[dict[str, Any]], extra: dict[str, Any], budget_w: fl
 
 
 def time_axis(ax: Any, values: list[float]) -> None:
-    """Plain-ms ticks; a log axis (1-2-5) when the values span more than a decade."""
+    """Plain-ms ticks; a log axis (1-2-5) when the values span more than a decade, else a
+    linear one whose labels carry the decimals that tell its ticks apart."""
     from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormatter
 
     values = [v for v in values if v > 0]
@@ -37,9 +65,10 @@ def time_axis(ax: Any, values: list[float]) -> None:
         ax.set_yscale("log")
         ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
         ax.yaxis.set_minor_formatter(NullFormatter())
+        ax.yaxis.set_major_formatter(FuncFormatter(_plain_ms))
     else:
         ax.yaxis.set_major_locator(MaxNLocator(nbins=8))
-    ax.yaxis.set_major_formatter(FuncFormatter(_plain_ms))
+        ax.yaxis.set_major_formatter(_linear_ms_formatter())
 
 
 def new_figure(nrows: int = 1, height: float = 4.5, **subplots: Any) -> tuple[Any, Any]:

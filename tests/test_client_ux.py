@@ -153,6 +153,39 @@ def test_pareto_plot_has_plain_ms_ticks_a_budget_line_and_a_pick(tmp_path, times
     assert out.stat().st_size > 1000
 
 
+@pytest.mark.parametrize(
+    "times",
+    [
+        [20.24, 20.13, 20.1, 20.09, 20.08],  # a flat front: 3 significant digits read 20.1
+        [150.9, 150.6, 150.3, 150.1, 150.0],  # over 100 ms: whole ms read 150 or 151
+    ],
+)
+def test_a_flat_front_has_tick_labels_that_tell_its_ticks_apart(times) -> None:
+    pytest.importorskip("matplotlib")
+    from powerd.plot import pareto_figure
+
+    fig = pareto_figure(_reply(times, [10.0, 14.0, 18.0, 24.0, 30.0]), budget_w=20.0)
+    labels = _tick_labels(fig)
+    ticks = [t for t in fig.axes[0].get_yticks() if min(times) <= t <= max(times)]
+    assert len(ticks) >= 3
+    assert len(set(labels)) == len(labels), f"tick labels repeat: {labels}"
+    for text in labels:
+        assert re.fullmatch(r"\d+(\.\d+)?", text), f"tick label {text!r} is not plain ms"
+    # each label is its tick's value, not a rounding of it
+    shown = {round(float(t), 6) for t in labels}
+    assert all(round(float(t), 6) in shown for t in ticks), (labels, ticks)
+
+
+def test_tick_decimals_are_the_fewest_that_write_every_tick_exactly() -> None:
+    from powerd.plot import tick_decimals
+
+    assert tick_decimals([20.0, 20.05, 20.1]) == 2
+    assert tick_decimals([100.0, 200.0, 300.0]) == 0
+    assert tick_decimals([0.5, 1.0, 1.5]) == 1
+    assert tick_decimals([20.08 + 1e-14, 20.1]) == 2  # float noise of a locator's ticks
+    assert tick_decimals([1 / 3]) == 4  # no finite decimals: the most it writes
+
+
 def test_pareto_plot_marks_the_daemons_pinned_mode_over_a_guess() -> None:
     pytest.importorskip("matplotlib")
     from powerd.plot import pareto_figure
