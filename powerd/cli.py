@@ -374,10 +374,13 @@ def format_status(s: dict[str, Any]) -> str:
             goal = f"step time {j['step_time_ms']:g} ms within {goal}"
             if j.get("fastest_ms") is not None:
                 goal += f" (fastest measured {j['fastest_ms']:g} ms)"
-        lines.append(
-            f"  {j['id']}  {j['workload']:<28} {j['phase']:<9} {goal}  "
-            f"{j['steps']} steps, {j['profiled_modes']} modes profiled{fit}"
+        # an inference job's steps are its batches, and it profiles pairs (its detail line)
+        work = (
+            f"{j['steps']} batches"
+            if j.get("kind") == "inference"
+            else f"{j['steps']} steps, {j['profiled_modes']} modes profiled{fit}"
         )
+        lines.append(f"  {j['id']}  {j['workload']:<28} {j['phase']:<9} {goal}  {work}")
         detail = _job_detail(j)
         if detail:
             lines.append(f"      {detail}")

@@ -106,6 +106,10 @@ def test_inference_alone_serves_a_measured_feasible_pair_then_re_solves_a_rate_c
     text = format_status(seen["tuned"])
     assert f"inference, b={job['batch_size']}, latency target {4000.0 * SCALE:.1f} ms" in text
     assert "measured p99" in text and "feasible" in text
+    # its steps are batches, and it profiled pairs, not modes (the detail line counts them)
+    job_line = next(ln for ln in text.splitlines() if job["id"] in ln)
+    assert f"{job['steps']} batches" in job_line, job_line
+    assert "modes profiled" not in job_line
     # powerctl pareto --kind inference --rate R: the front per batch size, from the pairs
     monkeypatch.setenv("POWERD_ENDPOINT", eb.endpoint)
     capsys.readouterr()
