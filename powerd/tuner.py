@@ -123,6 +123,8 @@ class Tuner:
             return
         self.budget_w = budget_w
         self.committed = None
+        # the old budget's verdict ("no measured mode fits ...") is not this budget's
+        self.message = f"re-planning for {budget_w:g} W"
         self.decided_after_s = None
         self.refined, self._refine_done = 0, False
         self.started = time.monotonic()

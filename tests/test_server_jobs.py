@@ -124,6 +124,16 @@ def test_an_infeasible_budget_is_not_tuned(board):
             assert job.feasible is False
             assert job.phase == "idle" and "no measured mode fits 5 W" in job.message
             assert job.mode is not None  # it holds the lowest-power mode measured
+            # a budget that fits: while it is re-planned, the old verdict is not shown
+            job.set_budget(20)
+            seen: list[str] = []
+            deadline = time.monotonic() + 60
+            while (entry := board.status()["jobs"][0])["phase"] != "tuned":
+                seen.append(entry["message"])
+                assert time.monotonic() < deadline, board.log_tail()
+                time.sleep(0.005)
+            assert seen and not any("fits 5 W" in m for m in seen), sorted(set(seen))
+            assert entry["message"] == "" and job.feasible is not False
         finally:
             st.stop()
 
