@@ -577,6 +577,16 @@ class InferenceJobsPlanner:
             out["predicted_latency_ms"] = s.latency_ms[i]
             out["best_latency_ms"] = None if s.feasible[i] else s.latency_ms[i]
             out["gpu_share"] = s.gpu_share
+            # measured worst case: the batch fills, then may wait behind one batch of every
+            # other job (the p99s of all the shared jobs' batches)
+            p99s = [_p99(self.jobs[j].batches) for j in self.joint_ids if j in self.jobs]
+            known = [x for x in p99s if x is not None]
+            rate = self.jobs[job_id].session.goal.rate_hz
+            out["p99_latency_ms"] = (
+                (s.sizes[i] - 1) * 1000.0 / rate + sum(known)
+                if len(known) == len(self.joint_ids)
+                else None
+            )
         return out
 
     # ---- internals -----------------------------------------------------------------------

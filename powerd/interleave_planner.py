@@ -36,7 +36,7 @@ from powerd.inference_planner import (
 )
 from powerd.modes import PowerMode
 from powerd.optimize.base import Measurement
-from powerd.optimize.inference import Pair, pooled
+from powerd.optimize.inference import Pair, pooled, worst_latency_ms
 from powerd.optimize.interleave import (
     InterleaveGoal,
     InterleavePlanner,
@@ -291,11 +291,16 @@ class InterleaveJobsPlanner:
 
     def job_extra(self, job_id: str) -> dict[str, Any]:
         if self.shared and job_id in self.inf.jobs:
-            return {**self.inf.job_extra(job_id), "interleaved": True}
+            out = {**self.inf.job_extra(job_id), "interleaved": True}
+            step = self._median_step_ms()
+            if out.get("p99_latency_ms") is not None and step is not None:
+                out["p99_latency_ms"] += step  # and one training step
+            return out
         if job_id in self.inf.jobs:
             out = self.inf.job_extra(job_id)
             out["batch_size"] = self.batch_size
             out["interleaved"] = True
+            out["p99_latency_ms"] = self._p99_latency(out)
             if self.served is not None:
                 out["predicted_latency_ms"] = self.served.latency_ms
                 out["best_latency_ms"] = None if self.served.feasible else self.served.latency_ms
@@ -313,6 +318,21 @@ class InterleaveJobsPlanner:
         return {}
 
     # ---- internals -----------------------------------------------------------------------
+    def _p99_latency(self, extra: dict[str, Any]) -> float | None:
+        """The inference job's worst case here, from what was measured: (b-1)/r + the p99
+        batch time + a training step it may wait for (the median of the recent ones). The
+        inference side alone knows no training step, and no pair it served itself."""
+        p99, rate, b = extra.get("p99_batch_ms"), extra.get("rate_hz"), self.batch_size
+        step = self._median_step_ms()
+        if p99 is None or not rate or not b or step is None:
+            return None
+        return float(worst_latency_ms(b, rate, p99)) + step
+
+    def _median_step_ms(self) -> float | None:
+        """The training job's recent step time at the gate (None before any)."""
+        steps = [(end - start) * 1000.0 for start, end in list(self.holds)[-64:]]
+        return float(np.median(steps)) if steps else None
+
     def _bound(self) -> float | None:
         if self.shared:
             js = self.inf.joint_served

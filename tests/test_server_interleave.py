@@ -16,6 +16,7 @@ import pytest
 from waiting import first_true
 
 import powerd
+from powerd.cli import format_status
 from powerd.sim.gpu import Gpu, idle_power
 from powerd.sim.harness import EmulatedBoard, knob_snapshot
 from powerd.sim.inference_job import load_batch_traces, run_inference_job
@@ -141,6 +142,10 @@ def test_training_then_inference_joins_and_leaves_first(board, batches, train_tr
     def on_batch(inf, run) -> None:
         if inf.phase == "tuned" and "st" not in seen:
             seen["st"] = eb.status()
+        if inf.phase == "tuned":
+            seen["tuned_batches"] = seen.get("tuned_batches", 0) + 1
+            if seen["tuned_batches"] == 20:
+                seen["later"] = eb.status()
 
     run = run_inference_job(
         gpu,
@@ -160,6 +165,15 @@ def test_training_then_inference_joins_and_leaves_first(board, batches, train_tr
     inf_job = next(j for j in st["jobs"] if j["kind"] == "inference")
     assert inf_job["interleaved"] is True and inf_job["batch_size"] in (1, 4, 16)
     assert run.feasible is True
+    # powerctl status: the measured worst case while interleaved (was "n/a": the
+    # inference side alone had served no pair), the batch fill and a training step on top
+    # of the p99 batch time
+    later = next(j for j in seen["later"]["jobs"] if j["kind"] == "inference")
+    assert later["interleaved"] is True
+    assert later["p99_latency_ms"] is not None, later
+    b, rate = later["batch_size"], later["rate_hz"]
+    assert later["p99_latency_ms"] > (b - 1) * 1000.0 / rate + later["p99_batch_ms"]
+    assert "measured p99 n/a" not in format_status(seen["later"])
     # both ran on the GPU while interleaved; a batch never waited long at the gate
     assert max(run.gate_waits_s) <= HEARTBEAT_MS / 1000.0
     # the inference job left: training is back at the mode it was tuned to alone, with
@@ -493,6 +507,19 @@ def test_two_inference_jobs_then_training_joins_and_leaves_first(board, batches,
         6,
     )
     assert back, eb.log_tail()
+    # powerctl status: each shared job's measured worst case, its batch fill plus the p99
+    # of both jobs' batches (it may wait behind the other's)
+
+    def shared_worst() -> list[dict] | None:
+        jobs = [j for j in eb.status()["jobs"] if j["kind"] == "inference"]
+        return jobs if all(j.get("p99_latency_ms") is not None for j in jobs) else None
+
+    assert first_true(shared_worst, 20), [j for j in eb.status()["jobs"]]
+    jobs = shared_worst() or []
+    p99_sum = sum(j["p99_batch_ms"] for j in jobs)
+    for j in jobs:
+        fill = (j["batch_size"] - 1) * 1000.0 / j["rate_hz"]
+        assert j["p99_latency_ms"] == pytest.approx(fill + p99_sum, rel=0.25), j
     left_at = eb.daemon_log.read_text().splitlines()[marker:]
     i = next(k for k, ln in enumerate(left_at) if "ended: closed" in ln)
     assert not [ln for ln in left_at[i:] if re.search(r"measured .* b=\d+", ln)]
