@@ -311,6 +311,13 @@ def _ctl(argv: list[str] | None = None) -> int:
             reply = call_once(endpoint, msg, timeout_s=30)
             assert isinstance(reply, p.Predictions)
             if args.cmd == "pareto" and args.kind == "inference":
+                if not reply.extra.get("profiled"):
+                    # a typo in the name reads like a real front otherwise
+                    print(
+                        f"powerctl: no pairs measured for inference workload "
+                        f"{args.workload!r}: this is the bundled prior's prediction",
+                        file=sys.stderr,
+                    )
                 if args.plot:
                     from powerd.plot import plot_inference_front
 

@@ -130,8 +130,15 @@ def test_inference_alone_serves_a_measured_feasible_pair_then_re_solves_a_rate_c
         )
         == 0
     )
-    rows = json.loads(capsys.readouterr().out)
+    out = capsys.readouterr()
+    assert "no pairs measured" not in out.err
+    rows = json.loads(out.out)
     assert {r["batch_size"] for r in rows} == {1, 4, 16}  # 1 was never measured: the prior
+    # a workload with no measured pair (a typo): the prior's front, and powerctl says so
+    args = ["pareto", "--workload", "emulated-inferense", "--kind", "inference", "--rate", "50"]
+    assert _ctl(args) == 0
+    err = capsys.readouterr().err
+    assert "no pairs measured for inference workload 'emulated-inferense'" in err, err
     for b in (1, 4, 16):
         front = sorted((r["power_w"], r["latency_ms"]) for r in rows if r["batch_size"] == b)
         lats = [lat for _, lat in front]
