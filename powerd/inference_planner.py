@@ -583,7 +583,7 @@ class InferenceJobsPlanner:
             known = [x for x in p99s if x is not None]
             rate = self.jobs[job_id].session.goal.rate_hz
             out["p99_latency_ms"] = (
-                (s.sizes[i] - 1) * 1000.0 / rate + sum(known)
+                float(worst_latency_ms(s.sizes[i], rate, sum(known)))
                 if len(known) == len(self.joint_ids)
                 else None
             )
