@@ -117,6 +117,10 @@ class InferenceConfig(_Section):
     batch_sizes: list[int] = Field(default_factory=lambda: [1, 4, 16, 32, 64])
     # (mode, batch size) pairs profiled at most per inference workload
     max_pairs: int = Field(30, ge=1, le=1000)
+    # new pairs a rate change (set_rate or drift) of a job served alone may measure when no
+    # measured pair fits the new rate; 0: it never measures (serves the best measured pair,
+    # flagged infeasible when none fits). powerd.optimize.inference.RESOLVE_MAX_PAIRS.
+    rate_change_pairs: int = Field(8, ge=0, le=1000)
 
 
 class Config(_Section):

@@ -88,14 +88,7 @@ class ControlLoop:
         self.planners.add(
             frozenset({"training"}), "training", lambda h: TrainingPlanner(h, self.spec)
         )
-        ic = cfg.inference
-        self.inference_settings = InferenceSettings(
-            tuple(ic.batch_sizes),
-            ic.max_pairs,
-            ic.rate_drift,
-            ic.rate_drift_s,
-            sensor_lag_s=cfg.power.sample_interval_ms / 1000.0,
-        )
+        self.inference_settings = InferenceSettings.from_config(cfg)
         # measured (mode, batch size) pairs outlive any one planner (no re-profiling when
         # the board moves between inference alone and interleaving)
         self.inference_samples = InferenceSamples(self._load_inference, self._save_inference)

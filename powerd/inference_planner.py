@@ -12,7 +12,7 @@ that looks within budget only because idle gaps were averaged in.
 
 Rate changes (`set_rate`, or an observed arrival rate off by `rate_drift` for
 `rate_drift_s`) re-solve from what is measured: no new pair is profiled while a measured
-pair fits the new goal, and a few (RESOLVE_MAX_PAIRS) when none does.
+pair fits the new goal, and a few (`rate_change_pairs`, 0 for none) when none does.
 
 A job served alone whose batches run back to back (a backlog in the client's queue) is
 served the fastest measured pair that fits its goal until gaps show the queue drained
@@ -36,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+from powerd.config import Config
 from powerd.modes import PowerMode
 from powerd.optimize.backlog import (
     BACKLOG_SHARE,
@@ -46,6 +47,7 @@ from powerd.optimize.backlog import (
 )
 from powerd.optimize.base import Measurement
 from powerd.optimize.inference import (
+    RESOLVE_MAX_PAIRS,
     InferenceGoal,
     InferencePlanner,
     InferenceSession,
@@ -73,9 +75,23 @@ class InferenceSettings:
     max_pairs: int = 30
     rate_drift: float = 0.2
     rate_drift_s: float = 10.0
+    # new pairs a rate change may measure when no measured pair fits the new rate
+    rate_change_pairs: int = RESOLVE_MAX_PAIRS
     # a power reading reflects the load up to one sampling period before it: samples this
     # soon after a batch starts may still show the idle gap before it
     sensor_lag_s: float = 0.1
+
+    @classmethod
+    def from_config(cls, cfg: Config) -> InferenceSettings:
+        ic = cfg.inference
+        return cls(
+            batch_sizes=tuple(ic.batch_sizes),
+            max_pairs=ic.max_pairs,
+            rate_drift=ic.rate_drift,
+            rate_drift_s=ic.rate_drift_s,
+            rate_change_pairs=ic.rate_change_pairs,
+            sensor_lag_s=cfg.power.sample_interval_ms / 1000.0,
+        )
 
 
 # ---- measured pairs per workload ------------------------------------------------------------
@@ -608,7 +624,12 @@ class InferenceJobsPlanner:
         samples = self.store.of(spec.workload, spec.persistent)
         rate = spec.rate_hz or 1.0
         goal = InferenceGoal(rate, budget_w, spec.latency_ms)
-        session = InferenceSession(planner, goal, profiled=bool(samples))
+        session = InferenceSession(
+            planner,
+            goal,
+            profiled=bool(samples),
+            rate_search_pairs=self.settings.rate_change_pairs,
+        )
         # A workload measured before re-solves from its pairs (profiled=True): a new goal
         # may verify its predicted pick with RESOLVE_NEW_PAIRS measurements, past max_pairs.
         return _InfJob(spec, session, samples, told_rate=spec.rate_hz)
@@ -934,10 +955,6 @@ def _p99(batches: Sequence[tuple[float, float]]) -> float | None:
 def _p99_latency(job: _InfJob, goal: InferenceGoal) -> float | None:
     """Worst-case request latency from the measured p99 batch time: (b-1)/r + p99."""
     p99 = _p99(job.batches)
-    served = [b for b in job.batches]
-    if p99 is None or not served:
+    if p99 is None or job.session.served is None:
         return None
-    b = job.session.served.pair.batch_size if job.session.served else None
-    if b is None:
-        return None
-    return float(worst_latency_ms(b, goal.rate_hz, p99))
+    return float(worst_latency_ms(job.session.served.pair.batch_size, goal.rate_hz, p99))

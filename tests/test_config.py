@@ -13,6 +13,23 @@ def test_shipped_config_is_valid_and_equals_defaults():
     assert load_config(REPO / "etc" / "powerd.toml") == Config()
 
 
+def test_inference_keys_reach_the_inference_planner():
+    from powerd.inference_planner import InferenceSettings
+    from powerd.optimize.inference import RESOLVE_MAX_PAIRS
+
+    assert InferenceSettings.from_config(Config()).rate_change_pairs == RESOLVE_MAX_PAIRS
+    cfg = parse_config(
+        {
+            "inference": {"rate_change_pairs": 0, "max_pairs": 12},
+            "power": {"sample_interval_ms": 50},
+        }
+    )
+    s = InferenceSettings.from_config(cfg)
+    assert (s.rate_change_pairs, s.max_pairs, s.sensor_lag_s) == (0, 12, 0.05)
+    with pytest.raises(ConfigError, match="rate_change_pairs"):
+        parse_config({"inference": {"rate_change_pairs": -1}})
+
+
 def test_effective_config_round_trips(tmp_path):
     cfg = parse_config({"budget": {"default_w": 20, "min_w": 8}, "device": {"core_counts": [2, 4]}})
     f = tmp_path / "c.toml"

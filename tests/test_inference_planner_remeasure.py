@@ -1,10 +1,12 @@
 """The daemon's inference planner (powerd.inference_planner.InferenceJobsPlanner) measures a
-pair again when its power read within noise of the budget, and pools the two windows: driven
+pair again when its power read within noise of the budget, and pools the two windows; a rate
+change measures only as many new pairs as `rate_change_pairs` allows: driven
 here with synthetic batches and power readings, no emulator (the planner's own clock is used
 for the windows, the batches and readings are placed on it)."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import numpy as np
@@ -48,7 +50,7 @@ class Board:
         return [(float(t), level + (0.3 if i % 2 else -0.3)) for i, t in enumerate(ts)]
 
 
-def planner(board: Board) -> InferenceJobsPlanner:
+def planner(board: Board, rate_change_pairs: int = 8) -> InferenceJobsPlanner:
     hooks = BoardHooks(
         apply_mode=board.apply,
         power=board.power,
@@ -58,7 +60,9 @@ def planner(board: Board) -> InferenceJobsPlanner:
         workload=lambda kind, name, persistent: None,
     )
     spec = WindowSpec(settle_s=0.0, window_s=0.2, min_steps=3)
-    settings = InferenceSettings(batch_sizes=(1,), max_pairs=3, sensor_lag_s=0.0)
+    settings = InferenceSettings(
+        batch_sizes=(1,), max_pairs=3, rate_change_pairs=rate_change_pairs, sensor_lag_s=0.0
+    )
     store = InferenceSamples(lambda name: None, lambda name, doc: None)
     return InferenceJobsPlanner(hooks, spec, MODES, store, lambda: lambda s: Model(), settings)
 
@@ -119,3 +123,25 @@ def test_a_pair_clearly_over_the_budget_is_not_measured_again():
     action = job.session.next_action(job.samples)
     assert not (isinstance(action, MeasurePair) and action.pair == g2)
     assert pl.window is None or pl.window.pair != g2
+
+
+def test_a_rate_change_measures_no_pair_when_the_admin_says_so():
+    g2 = Pair(PowerMode(4, 1000, 2, 1000), 1)
+    probed = {}
+    for allowed in (8, 0):
+        board = Board([10.5])
+        pl = planner(board, rate_change_pairs=allowed)
+        spec = register(pl)
+        run_window(pl, "j1")
+        assert pl.serving["j1"].pair == g2 and pl.serving["j1"].feasible
+        # 30/s: the drain limit is 30 ms; g=2 (35 ms) no longer drains, g=3 (23 ms) would
+        # but is predicted over the 11 W budget
+        faster = dataclasses.replace(spec, rate_hz=30.0)
+        pl.sync([faster], BUDGET_W, time.monotonic())
+        pl.tick(time.monotonic())
+        probed[allowed] = pl.window is not None
+        if not allowed:
+            served = pl.serving["j1"]
+            assert served.pair == g2 and not served.feasible and served.within_budget
+            assert len(pl.jobs["j1"].samples) == 1 and board.applied[-1] == g2.mode
+    assert probed == {8: True, 0: False}

@@ -35,6 +35,7 @@ from powerd.modes import PowerMode
 from powerd.optimize.backlog import WATCH_BATCHES
 from powerd.optimize.base import Measurement
 from powerd.optimize.inference import (
+    RESOLVE_MAX_PAIRS,
     InferenceGoal,
     InferencePlanner,
     InferenceSession,
@@ -294,11 +295,12 @@ D_FRESH = ((30.0, 400.0, 20.0), (250.0, None, 25.0))
 D_QUICK = dict(rates=(30.0, 250.0), latencies=(400.0, None), budgets=(20.0, 15.0))
 
 
-def walks(n: int, methods: tuple[str, ...]) -> None:
+def walks(n: int, methods: tuple[str, ...], rate_change_pairs: int = RESOLVE_MAX_PAIRS) -> None:
     """The daemon grid's walk (--daemon) replayed at planner level: n walks per trace and
     prior, the first in the daemon's order, the others with the rates, latencies and
     budgets each shuffled. Points feasible only through a glitch row of the trace (see
-    PairTrace.outliers) count as infeasible."""
+    PairTrace.outliers) count as infeasible. `rate_change_pairs`: the daemon's
+    `[inference] rate_change_pairs`."""
     base = GridOrder(D_RATES, D_LATENCIES, D_BUDGETS)
     for method in methods:
         prior = load_prior(method)
@@ -310,7 +312,8 @@ def walks(n: int, methods: tuple[str, ...]) -> None:
             for k in range(n):
                 order = base if k == 0 else base.shuffled(k)
                 meas = PairMeasurer(trace, seed=f"walk{k}")
-                rows += [(k, kind, r) for kind, r in replay_walk(planner, trace, order, meas)]
+                walk = replay_walk(planner, trace, order, meas, rate_change_pairs=rate_change_pairs)
+                rows += [(k, kind, r) for kind, r in walk]
             feas = [(k, kind, r) for k, kind, r in rows if r.feasible]
             met = [r.latency_ok and r.power_ok for _, _, r in feas]
             per_walk = [
@@ -1041,11 +1044,22 @@ def main() -> None:
         metavar="N",
         help="only: the --daemon grid's walk replayed at planner level, N orders per trace",
     )
+    ap.add_argument(
+        "--rate-change-pairs",
+        type=int,
+        default=RESOLVE_MAX_PAIRS,
+        metavar="N",
+        help="with --walks: the daemon's [inference] rate_change_pairs (new pairs a rate "
+        f"change may measure when no measured pair fits; default {RESOLVE_MAX_PAIRS})",
+    )
     args = ap.parse_args()
     if args.walks:
         methods = ("infer-ref", "train-head") if args.compare_priors else ("infer-ref",)
-        print(f"the daemon grid's walk, replayed (planner level, {args.walks} orders):")
-        walks(args.walks, methods)
+        print(
+            f"the daemon grid's walk, replayed (planner level, {args.walks} orders, "
+            f"rate_change_pairs {args.rate_change_pairs}):"
+        )
+        walks(args.walks, methods, args.rate_change_pairs)
         return
     if args.daemon_interleave:
         print(

@@ -23,7 +23,8 @@ measured and fitted. `max_pairs` bounds the first goal's search; a re-solve (a l
 has a budget of its own, even past `max_pairs` (like training's few more per budget change).
 While a measured pair fits the new goal, a rate change measures nothing (RATE_NEW_PAIRS) and
 a budget or latency change at most RESOLVE_NEW_PAIRS pairs, to verify a better predicted
-pick. With no measured pair fitting, either measures up to RESOLVE_MAX_PAIRS, first probing
+pick. With no measured pair fitting, either measures up to RESOLVE_MAX_PAIRS (a rate change:
+the session's `rate_search_pairs`, which an admin may set to 0), first probing
 the pair predicted to drain best when no measured pair drains: serving a goal it could meet
 beats a re-solve that measures nothing. Those probes go to the least-power pair whose
 chance to fit, from the model's stated spread at each pair (``spread``), is at least
@@ -377,6 +378,7 @@ class InferencePlanner:
         new_pairs: int = 0,
         new_pairs_limit: int | None = None,
         cover_left: int = 0,
+        search_pairs: int = RESOLVE_MAX_PAIRS,
     ) -> InferenceAction:
         """The next step towards the best pair whose measured latency and power fit `goal`.
 
@@ -384,7 +386,8 @@ class InferencePlanner:
         measured since the change as `new_pairs` and a small `new_pairs_limit` (e.g.
         RESOLVE_NEW_PAIRS): it then serves from the fitted model, measuring only to verify
         its pick, unless no measured pair fits the new goal (then it searches as for a new
-        goal, within max_pairs)."""
+        goal, at most `search_pairs` new pairs; 0: it serves the best measured pair, flagged
+        infeasible)."""
         t, p = self.predictions(samples)
         measured = np.zeros(len(self._pairs), dtype=bool)
         for pair in samples:
@@ -392,13 +395,13 @@ class InferencePlanner:
             if i is not None:
                 measured[i] = True
         # A re-solve stops looking for better once it has a measured fit pair and spent its
-        # verification pairs; without any fit pair it searches on, at most RESOLVE_MAX_PAIRS.
+        # verification pairs; without any fit pair it searches on, at most `search_pairs`.
         # Its budget is its own, past max_pairs: the first goal's search may have spent it.
         resolving = new_pairs_limit is not None
         fit = [m for m in samples.values() if fit_for(m, goal)]
         cap = self.max_pairs
         if resolving:
-            cap = new_pairs_limit if fit else max(new_pairs_limit, RESOLVE_MAX_PAIRS)
+            cap = new_pairs_limit if fit else max(new_pairs_limit, search_pairs)
             can_measure = new_pairs < cap
         else:
             can_measure = len(samples) < self.max_pairs
@@ -673,12 +676,22 @@ class InferenceSession:
         session.set_rate(45); session.set_budget(12)
     """
 
-    def __init__(self, planner: InferencePlanner, goal: InferenceGoal, profiled: bool = False):
+    def __init__(
+        self,
+        planner: InferencePlanner,
+        goal: InferenceGoal,
+        profiled: bool = False,
+        rate_search_pairs: int = RESOLVE_MAX_PAIRS,
+    ):
         self.planner = planner
         self.goal = goal
         self.new_pairs = 0
         # A workload with samples from earlier jobs re-solves from them like a budget change.
         self._limit: int | None = RESOLVE_NEW_PAIRS if profiled else None
+        # New pairs a rate change may measure when no measured pair fits its goal (an
+        # admin's `[inference] rate_change_pairs`; 0: a rate change never measures).
+        self.rate_search_pairs = rate_search_pairs
+        self._search = RESOLVE_MAX_PAIRS
         self.cover_left = self._cover_pairs()
         self._covering: Pair | None = None
         self.served: ServePair | None = None
@@ -688,7 +701,7 @@ class InferenceSession:
 
     def next_action(self, samples: Mapping[Pair, PairMeasurement]) -> InferenceAction:
         action = self.planner.next_action(
-            self.goal, samples, self.new_pairs, self._limit, self.cover_left
+            self.goal, samples, self.new_pairs, self._limit, self.cover_left, self._search
         )
         self._covering = action.pair if isinstance(action, MeasurePair) and action.cover else None
         if isinstance(action, ServePair):
@@ -702,24 +715,26 @@ class InferenceSession:
         else:
             self.new_pairs += 1
 
-    def _change(self, goal: InferenceGoal, limit: int, cover: bool) -> None:
+    def _change(self, goal: InferenceGoal, limit: int, cover: bool, search: int) -> None:
         self.goal = goal
         self.new_pairs = 0
         self._limit = limit
+        self._search = search
         self.cover_left = self._cover_pairs() if cover else 0
         self._covering = None
         self.served = None
 
     def set_rate(self, rate_hz: float) -> None:
-        """Serve the new rate from the measured pairs; measure only if none fits it."""
+        """Serve the new rate from the measured pairs; measure (at most
+        `rate_search_pairs`) only if none fits it."""
         goal = InferenceGoal(rate_hz, self.goal.budget_w, self.goal.latency_ms)
-        self._change(goal, RATE_NEW_PAIRS, cover=False)
+        self._change(goal, RATE_NEW_PAIRS, cover=False, search=self.rate_search_pairs)
 
     def set_budget(self, budget_w: float) -> None:
         """A new budget: may measure RESOLVE_NEW_PAIRS pairs to verify a better pick, and
         cover the rate axis at the new budget."""
         goal = InferenceGoal(self.goal.rate_hz, budget_w, self.goal.latency_ms)
-        self._change(goal, RESOLVE_NEW_PAIRS, cover=True)
+        self._change(goal, RESOLVE_NEW_PAIRS, cover=True, search=RESOLVE_MAX_PAIRS)
 
 
 def latency_power_front(

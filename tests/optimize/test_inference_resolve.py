@@ -92,6 +92,33 @@ def test_rate_jump_with_no_draining_pair_probes_the_best_predicted_draining_pair
     assert action.pair == pair(2, 4)  # 6.5 ms <= 7.2 ms at 11.4 W
 
 
+def test_an_admin_can_forbid_or_cap_the_measurements_of_a_rate_change() -> None:
+    # the rate jump above ([inference] rate_change_pairs): 0 measures nothing and serves
+    # the measured pair with the best latency, flagged; 1 measures the best-predicted
+    # draining pair only
+    goal = InferenceGoal(rate_hz=50, budget_w=20, latency_ms=100)
+    never = InferenceSession(planner(), goal, rate_search_pairs=0)
+    never.set_rate(500)
+    samples = first_goal_samples()
+    action = never.next_action(samples)
+    assert isinstance(action, ServePair) and not action.feasible and action.within_budget
+    assert action.pair in samples and action.pair.batch_size == 1
+    assert action.pair == min(samples, key=lambda q: samples[q].tail_ms)
+    once = InferenceSession(planner(), goal, rate_search_pairs=1)
+    once.set_rate(500)
+    probe = once.next_action(samples)
+    assert probe == MeasurePair(pair(2, 4))
+    samples[probe.pair] = exact(probe.pair)
+    once.measured(probe.pair)
+    served = once.next_action(samples)
+    assert isinstance(served, ServePair) and served.feasible and served.pair == pair(2, 4)
+    # a budget change keeps its own search: the cap is the rate change's only
+    never.set_budget(19)
+    while isinstance(a := never.next_action(first_goal_samples()), MeasurePair) and a.cover:
+        never.measured(a.pair)
+    assert isinstance(a, MeasurePair)
+
+
 def test_a_resolve_with_a_wrong_model_stops_after_its_own_budget() -> None:
     class Wrong:
         def predict(self, modes, b):

@@ -23,6 +23,7 @@ from powerd.modes import FIELDS, PowerMode
 from powerd.optimize.base import Measurement
 from powerd.optimize.inference import (
     MAX_WINDOWS,
+    RESOLVE_MAX_PAIRS,
     InferenceAction,
     InferenceGoal,
     InferencePlanner,
@@ -308,9 +309,11 @@ def replay_walk(
     order: GridOrder,
     measure: Callable[..., PairMeasurement],
     skip_outliers: bool = True,
+    rate_change_pairs: int = RESOLVE_MAX_PAIRS,
 ) -> list[tuple[str, GoalResult]]:
     """The daemon's sessions over `order` (see GridOrder): (kind of change, result) per
-    point, kinds "fresh", "latency", "budget", "rate"; samples shared along the walk."""
+    point, kinds "fresh", "latency", "budget", "rate"; samples shared along the walk.
+    `rate_change_pairs`: the daemon's `[inference] rate_change_pairs`."""
     jitter = getattr(measure, "time_rel", 0.02)
     samples: dict[Pair, PairMeasurement] = {}
     out: list[tuple[str, GoalResult]] = []
@@ -321,13 +324,16 @@ def replay_walk(
         out.append((kind, dataclasses.replace(res, pairs=len(samples))))
 
     first = InferenceGoal(order.rates[0], order.budgets[0], order.latencies[0])
-    session = InferenceSession(planner, first)
+    session = InferenceSession(planner, first, rate_search_pairs=rate_change_pairs)
     point("fresh", session)
     for lat in order.latencies:
         if lat != session.goal.latency_ms:
             g = session.goal
             session = InferenceSession(
-                planner, InferenceGoal(g.rate_hz, g.budget_w, lat), profiled=True
+                planner,
+                InferenceGoal(g.rate_hz, g.budget_w, lat),
+                profiled=True,
+                rate_search_pairs=rate_change_pairs,
             )
             point("latency", session)
         for budget in order.budgets:
