@@ -944,7 +944,8 @@ def request(
 
     expected_steps: how many steps a training job expects to run. A long job lets powerd
     keep measuring promising modes after the first commit (each within the budget), and
-    switch to a faster one it finds; unknown (None), it measures only until the commit."""
+    switch to a faster one it finds; unknown (None), powerd takes the steps run so far as
+    the length, so a job earns those measurements as it keeps training."""
     ep = resolve_endpoint(endpoint)
     msg = p.Register(
         kind=kind,  # type: ignore[arg-type]

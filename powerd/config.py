@@ -73,9 +73,10 @@ class ProfilingConfig(_Section):
     settle_ms: int = Field(2000, ge=0, le=120_000)
     min_steps: int = Field(5, ge=1, le=10_000)
     window_ms: int = Field(4000, ge=0, le=600_000)
-    # A job that says how long it runs (request(expected_steps=N)) may spend up to this
-    # share of its steps measuring promising modes after its first commit (each within
-    # the budget; a faster one found replaces the pin). 0: never measure after a commit.
+    # A training job may spend up to this share of its steps measuring promising modes
+    # after its first commit (each within the budget; a faster one found replaces the pin):
+    # of request(expected_steps=N), else of the steps it has run so far (it is taken to run
+    # at least as long again). 0: never measure after a commit.
     refine_share: float = Field(0.1, ge=0.0, le=1.0)
 
 

@@ -9,11 +9,13 @@ server loop, and once committed keeps guarding the pinned mode's measured power.
     deciding --Commit---> tuned     --power over budget--> deciding
                           tuned     --refine (a long job)--> measuring
 
-Refining: a job that said how long it runs (`expected_steps`) keeps measuring the
-strategy's promising modes after the commit (Strategy.refine), each after holding the
-committed mode for one settle + window, within `refine_share` of its expected steps; after
-each window the strategy commits again, so a faster measured mode replaces the pin. The
-job reads `profiling` while a candidate is measured, `tuned` in between.
+Refining: a training job keeps measuring the strategy's promising modes after the commit
+(Strategy.refine), each after holding the committed mode for one settle + window, within
+`refine_share` of its length; after each window the strategy commits again, so a faster
+measured mode replaces the pin. The job reads `profiling` while a candidate is measured,
+`tuned` in between. Its length is what it said (`expected_steps`), else the steps it has
+run so far: a job that has run N steps is taken to run at least N more, so a job of unknown
+length earns measurements as it keeps training, and a short one spends almost none.
 """
 
 from __future__ import annotations
@@ -102,6 +104,7 @@ class Tuner:
         self._guard_start = self._held_since = 0.0
         self._switch_failures = 0
         self.expected_steps: int | None = None  # the job's expected length (refining room)
+        self.steps_run = 0  # the job's steps so far: its length when it did not say one
         self.refined = 0  # modes measured after the first commit for this budget
         self._refining = False  # the window in flight is a refinement
         self._refine_done = False  # the strategy had nothing more to refine
@@ -263,9 +266,11 @@ class Tuner:
 
     def refine_room(self) -> int:
         """Modes this job may still measure after its commit: `refine_share` of its
-        expected steps, each measurement costing a settle + window of steps (at least
-        min_steps) at the committed mode's measured speed."""
-        if not self.expected_steps or self.spec.refine_share <= 0 or self.committed is None:
+        length (expected steps, else the steps run so far), each measurement costing a
+        settle + window of steps (at least min_steps) at the committed mode's measured
+        speed."""
+        length = self.expected_steps or self.steps_run
+        if not length or self.spec.refine_share <= 0 or self.committed is None:
             return 0
         m = self.workload.samples.get(self.committed.mode)
         if m is None or not math.isfinite(m.time_ms) or m.time_ms <= 0:
@@ -273,7 +278,7 @@ class Tuner:
         per_probe = max(
             self.spec.min_steps, (self.spec.settle_s + self.spec.window_s) / (m.time_ms / 1e3)
         )
-        return int(self.spec.refine_share * self.expected_steps / per_probe) - self.refined
+        return int(self.spec.refine_share * length / per_probe) - self.refined
 
     def _refine(self, now: float) -> bool:
         """Tuned, after holding the committed mode for one settle + window: measure the
@@ -284,8 +289,8 @@ class Tuner:
         if now - self._held_since < self.spec.settle_s + self.spec.window_s:
             return False
         room = self.refine_room()
-        if room <= 0:  # a job of unknown length, or its share used up
-            self._refine_done = True
+        if room <= 0:  # its share used up (a job of unknown length earns more as it runs)
+            self._refine_done = bool(self.expected_steps)
             return False
         strategy = self.strategy or self.workload.strategy
         action = strategy.refine(self.budget_w, self.workload.samples, room)

@@ -102,3 +102,50 @@ def test_a_step_time_job_searches_under_the_budget_cap_and_hands_over_no_search(
     planner.sync([job("a", 10, t=1.0)], 10, 0.2)
     planner.tick(0.2)
     assert planner.tuner_job == "a" and planner.tuner.strategy is None
+
+
+def test_a_job_of_unknown_length_earns_measurements_after_its_commit_as_it_runs():
+    """Its length is the steps run so far (it runs at least as long again): refine_share of
+    them, a settle + window of steps per measurement at the pinned mode's speed."""
+    from dataclasses import replace
+
+    from powerd.optimize.base import Commit, Measurement
+
+    trace = Trace.load(TRACE_DIR / "orin_nano_resnet18_imagenet_train.csv")
+    space = GridSpace.from_trace(trace)
+    hooks = BoardHooks(
+        apply_mode=lambda m: None,
+        power=lambda t0, t1: [],
+        submit_fit=lambda w: Future(),
+        persist=lambda w: None,
+        on_commit=lambda mode, m, b: None,
+        workload=lambda kind, name, persistent: WorkloadState(name, kind, BinarySearch(space)),
+    )
+    pl = TrainingPlanner(hooks, replace(SPEC, refine_share=0.1))
+    a = job("a", 12)
+    pl.sync([a], 12, 0.0)
+    pl.tick(0.0)
+    tuner = pl.tuner
+    mode = trace.rows[0].mode
+    tuner.workload.samples[mode] = Measurement(mode, 100.0, 10.0, steps=30)
+    tuner.committed = Commit(mode)
+    per_probe = (SPEC.settle_s + SPEC.window_s) / 0.1  # 30 steps at 100 ms
+    pl.feed("a", [0.1 * i for i in range(299)], [])
+    pl.tick(0.1)
+    assert tuner.steps_run == 299 and tuner.refine_room() == int(0.1 * 299 / per_probe) == 0
+    pl.feed("a", [0.1 * i for i in range(301, 903)], [])
+    pl.tick(0.2)
+    assert tuner.refine_room() == 3  # 901 steps run: 90.1 steps of room, 3 measurements
+    # a length the job said wins over the steps it ran
+    pl.sync([replace(a, expected_steps=30_000)], 12, 0.3)
+    pl.tick(0.3)
+    assert tuner.refine_room() == 100
+    # without refine_share nothing is measured after the commit, however long the job
+    off = TrainingPlanner(hooks, SPEC)
+    off.sync([a], 12, 0.0)
+    off.tick(0.0)
+    off.tuner.committed = Commit(mode)
+    off.tuner.workload.samples[mode] = Measurement(mode, 100.0, 10.0, steps=30)
+    off.feed("a", [0.1 * i for i in range(5000)], [])
+    off.tick(0.1)
+    assert off.tuner.refine_room() == 0
