@@ -92,9 +92,18 @@ def main() -> int:
         default=1.0,
         help="each job says it runs this long: request(expected_steps=) is this many hours "
         "of steps at the trace's median step time (the daemon may measure [profiling] "
-        "refine_share of them after its first commit); 0: unknown length",
+        "refine_share of them after its first commit); 0: unknown length (the daemon then "
+        "sizes that share by the steps run so far; each job here ends 0.3 s after tuned)",
     )
     ap.add_argument("--expected-steps", type=int, help="give expected_steps directly instead")
+    ap.add_argument(
+        "--run-after-tuned",
+        type=float,
+        default=0.0,
+        metavar="S",
+        help="each job trains on for at least S wall seconds after it first reads tuned "
+        "(with --job-hours 0: a long job of unknown length)",
+    )
     ap.add_argument(
         "--plot",
         metavar="FILE.png",
@@ -113,6 +122,8 @@ def main() -> int:
         median_s = float(np.median(trace.time_ms)) / 1000.0
         args.expected_steps = round(args.job_hours * 3600.0 / median_s) if args.job_hours else 0
         length = f" ({args.job_hours:g} h of steps)" if args.job_hours else ""
+    if args.run_after_tuned:
+        length += f", each training {args.run_after_tuned:g} s on after it first reads tuned"
     budgets = parse_budgets(args.budgets) if args.budgets else list(own_range_budgets(trace))
     if not args.fresh and args.order == "mixed":
         budgets = mixed_order(budgets, args.seed)
@@ -154,8 +165,9 @@ def main() -> int:
                 # has nothing more to measure
                 stay_tuned_s=1.0 if args.expected_steps else 0.3,
                 seed=args.seed + i,
-                max_s=300,
+                max_s=300 + args.run_after_tuned,
                 expected_steps=args.expected_steps or None,
+                run_after_tuned_s=args.run_after_tuned,
             )
             samples = store.load_samples(board_key, workload)
             seen = len(samples)

@@ -54,8 +54,10 @@ def run_training_job(
     set_budget_at: list[tuple[int, float]] | None = None,
     gpu: Gpu | None = None,
     expected_steps: int | None = None,
+    run_after_tuned_s: float = 0.0,
 ) -> JobRun:
-    """Train until the daemon has held a tuned mode for `stay_tuned_s`, or `max_s` passed.
+    """Train until the daemon has held a tuned mode for `stay_tuned_s` (and at least
+    `run_after_tuned_s` has passed since the job first read tuned), or `max_s` passed.
 
     With `gpu`, each step runs on the emulated GPU (queued FIFO with other jobs' work, board
     power following it) instead of a plain sleep."""
@@ -84,7 +86,8 @@ def run_training_job(
                     job.set_budget(pending_budgets.pop(0)[1])
                     tuned_since = None
                     continue
-                if now - tuned_since >= stay_tuned_s and not pending_budgets:
+                ran_on = now - t0 - run.tuned_after_s >= run_after_tuned_s
+                if now - tuned_since >= stay_tuned_s and not pending_budgets and ran_on:
                     break
             else:
                 tuned_since = None
