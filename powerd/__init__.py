@@ -10,7 +10,14 @@ In a training script:
 """
 
 from powerd.client import InferenceJob, Job, NoopJob, request
-from powerd.errors import BudgetRejected, DaemonUnavailable, PowerdError, RequestFailed
+from powerd.errors import (
+    BudgetRejected,
+    DaemonUnavailable,
+    InvalidArgument,
+    JobClosed,
+    PowerdError,
+    RequestFailed,
+)
 from powerd.modes import PowerMode
 
 __version__ = "0.1.0"
@@ -19,7 +26,9 @@ __all__ = [
     "BudgetRejected",
     "DaemonUnavailable",
     "InferenceJob",
+    "InvalidArgument",
     "Job",
+    "JobClosed",
     "NoopJob",
     "PowerMode",
     "PowerdError",

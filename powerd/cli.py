@@ -7,7 +7,8 @@ import json
 import logging
 import os
 import sys
-from typing import Any
+from collections.abc import Callable
+from typing import Annotated, Any
 
 from powerd import protocol as p
 from powerd.config import (
@@ -17,6 +18,7 @@ from powerd.config import (
     dump_toml,
     load_config,
 )
+from powerd.modes import PowerMode
 
 
 def _setup_logging(verbose: bool = False) -> None:
@@ -246,6 +248,36 @@ def ctl_main(argv: list[str] | None = None) -> int:
         return 141
 
 
+def _ints(text: str) -> list[int]:
+    return [int(x) for x in text.split(",")]
+
+
+def _protocol_arg(
+    model: type[Any], field: str, parse: Callable[[str], Any] = float, what: str = "a number"
+) -> Callable[[str], Any]:
+    """An argparse type: `parse`, then the protocol's rule for model.field (the limits stay
+    in one place), so a bad value is a one-line usage error (exit 2), not a traceback."""
+
+    def check(text: str) -> Any:
+        from pydantic import TypeAdapter, ValidationError
+
+        from powerd.client import rule_of
+
+        try:
+            value = parse(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be {what} (got {text!r})") from None
+        info = model.model_fields[field]
+        try:
+            return TypeAdapter(Annotated[info.annotation, info]).validate_python(value)
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            each = "every value " if err["loc"] else ""  # an item of a list
+            raise argparse.ArgumentTypeError(f"{each}{rule_of(err)} (got {text})") from None
+
+    return check
+
+
 def _ctl(argv: list[str] | None = None) -> int:
     from powerd.client import admin_endpoint, call_once
     from powerd.errors import DaemonUnavailable, PowerdError
@@ -262,27 +294,33 @@ def _ctl(argv: list[str] | None = None) -> int:
         if name == "pareto":
             sp.add_argument("--kind", choices=("training", "inference"), default="training")
             sp.add_argument(
-                "--rate", type=float, metavar="R", help="inference: arrival rate (requests/s)"
+                "--rate",
+                type=_protocol_arg(p.Pareto, "rate_hz"),
+                metavar="R",
+                help="inference: arrival rate (requests/s)",
             )
             sp.add_argument(
-                "--batch-sizes", metavar="B,B,...", help="inference: batch sizes to show"
+                "--batch-sizes",
+                type=_protocol_arg(p.Pareto, "batch_sizes", _ints, "comma-separated integers"),
+                metavar="B,B,...",
+                help="inference: batch sizes to show",
             )
             sp.add_argument(
                 "--latency",
-                type=float,
+                type=_protocol_arg(p.Register, "latency_ms"),
                 metavar="MS",
                 help="inference --plot: a latency target line to draw",
             )
             sp.add_argument("--plot", metavar="FILE.png")
             sp.add_argument(
                 "--budget",
-                type=float,
+                type=_protocol_arg(p.SetBudget, "budget_w"),
                 metavar="W",
                 help="budget line to draw when no job of this workload holds the board "
                 "(default: the daemon's current budget)",
             )
     b = sub.add_parser("budget", help="set the default budget (admins)")
-    b.add_argument("watts", type=float)
+    b.add_argument("watts", type=_protocol_arg(p.SetDefaultBudget, "budget_w"))
     sub.add_parser("restore", help="release every job and restore the baseline (admins)")
     args = ap.parse_args(argv)
 
@@ -303,9 +341,7 @@ def _ctl(argv: list[str] | None = None) -> int:
                     workload=args.workload,
                     kind=args.kind,
                     rate_hz=args.rate,
-                    batch_sizes=None
-                    if not args.batch_sizes
-                    else [int(x) for x in args.batch_sizes.split(",")],
+                    batch_sizes=args.batch_sizes,
                 )
             )
             reply = call_once(endpoint, msg, timeout_s=30)
@@ -495,10 +531,9 @@ def _coexist_lines(s: dict[str, Any]) -> list[str]:
 
 
 def _mode_str(m: dict[str, int]) -> str:
-    return (
-        f"{m['cores']} cores, CPU {m['cpu_khz'] / 1e3:.0f} MHz, GPU {m['gpu_hz'] / 1e6:.0f} MHz,"
-        f" EMC {m['emc_hz'] / 1e6:.0f} MHz"
-    )
+    # the one format of a mode (job.mode, job messages, the daemon's log): 114.75 MHz reads
+    # 114 everywhere, never 115 here
+    return str(PowerMode.from_dict(m))
 
 
 def format_rows(rows: list[dict[str, Any]]) -> str:

@@ -13,25 +13,35 @@ import itertools
 import json
 import logging
 import mmap
+import operator
 import os
 import queue
+import re
 import socket
 import stat
 import threading
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterable
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
+from typing import Any, TypeVar
 
 import zmq
 from pydantic import BaseModel, ValidationError
 
 from powerd import protocol as p
-from powerd.errors import BudgetRejected, DaemonUnavailable, RequestFailed
+from powerd.errors import (
+    BudgetRejected,
+    DaemonUnavailable,
+    InvalidArgument,
+    JobClosed,
+    RequestFailed,
+)
 from powerd.modes import PowerMode
 
 log = logging.getLogger("powerd.client")
+M = TypeVar("M", bound=BaseModel)
 
 DEFAULT_ENDPOINT = (
     "ipc:///run/powerd/powerd.sock"  # also in powerd.config (the client imports no daemon code)
@@ -141,6 +151,101 @@ def _raise_for_error(reply: p.Reply) -> p.Reply:
             )
         raise RequestFailed(reply.code, reply.message)
     return reply
+
+
+# ---- arguments: the protocol's models hold the rules; these say which one an argument broke
+
+
+def _number(v: object) -> str:
+    if isinstance(v, float) and v.is_integer() and abs(v) < 1e16:
+        return str(int(v))
+    return str(v)
+
+
+_BOUNDS = {
+    "greater_than": ("gt", ">"),
+    "greater_than_equal": ("ge", ">="),
+    "less_than": ("lt", "<"),
+    "less_than_equal": ("le", "<="),
+}
+
+
+def rule_of(err: dict) -> str:
+    """One pydantic error as the rule it states, e.g. "must be > 0"."""
+    ctx = err.get("ctx") or {}
+    if err["type"] in _BOUNDS:
+        key, op = _BOUNDS[err["type"]]
+        return f"must be {op} {_number(ctx[key])}"
+    if err["type"] == "string_too_long":
+        return f"must be at most {ctx['max_length']} characters"
+    if err["type"] == "too_long":
+        return f"must have at most {ctx['max_length']} items"
+    # "Input should be a finite number" -> "must be a finite number"
+    return re.sub(r"^\w+ should", "must", err["msg"])
+
+
+def _shown(v: object) -> str:
+    if isinstance(v, str) and len(v) > 40:
+        return f"a string of {len(v)} characters"
+    if isinstance(v, (list, tuple)) and len(v) > 8:
+        return f"{len(v)} items"
+    return _number(v) if isinstance(v, (int, float)) else repr(v)
+
+
+def describe_invalid(exc: ValidationError) -> str:
+    """A ValidationError as one line naming each argument and its rule."""
+    parts = []
+    for err in exc.errors():
+        loc = err["loc"]
+        name = "".join(f"[{x}]" if isinstance(x, int) else str(x) for x in loc) or "value"
+        parts.append(f"{name} {rule_of(err)} (got {_shown(err['input'])})")
+    return "; ".join(parts)
+
+
+def _build(cls: type[M], **fields: Any) -> M:
+    """The message to send, or InvalidArgument (a ValueError) instead of pydantic's dump."""
+    try:
+        return cls(**fields)
+    except ValidationError as exc:
+        raise InvalidArgument(describe_invalid(exc)) from None
+
+
+def _positive_int(v: object) -> bool:
+    try:
+        return not isinstance(v, bool) and operator.index(v) >= 1  # type: ignore[arg-type]
+    except TypeError:
+        return False
+
+
+def _check_size(size: object) -> None:
+    # any positive size may run (not only batch_size); the gate message carries it
+    if size is not None and not _positive_int(size):
+        raise InvalidArgument(f"size must be a positive int (got {_shown(size)})")
+
+
+def _batch_sizes(sizes: object) -> list[int] | None:
+    """batch_sizes as a list of distinct ints (the protocol checks their range): a string
+    would iterate into digits, and int() would round 1.5 down."""
+    if sizes is None:
+        return None
+    if isinstance(sizes, (str, bytes, dict)) or not isinstance(sizes, Iterable):
+        raise InvalidArgument(f"batch_sizes must be a sequence of ints (got {_shown(sizes)})")
+    out = []
+    for b in sizes:
+        # ints and numpy ints, and 4.0; not 1.5, "4", None or True
+        n = int(b) if isinstance(b, float) and b.is_integer() else b
+        if not isinstance(n, bool):
+            try:
+                out.append(operator.index(n))
+                continue
+            except TypeError:
+                pass
+        raise InvalidArgument(
+            f"batch_sizes must be a sequence of ints ({_shown(b)} in {_shown(sizes)} is not one)"
+        )
+    if not out:
+        raise InvalidArgument("batch_sizes must not be empty")
+    return list(dict.fromkeys(out))  # duplicates add nothing
 
 
 def call_once(endpoint: str, msg: BaseModel, timeout_s: float = CALL_TIMEOUT_S) -> p.Reply:
@@ -438,6 +543,9 @@ class Job:
     def set_budget(self, budget_w: float) -> None:
         """Re-solve for a new budget (no re-profiling). Returns once the daemon accepted it.
         While the daemon is gone: remembered for when the job registers again, and warned."""
+        self._check_open()
+        # checked here: a budget remembered while the daemon is gone is not validated later
+        budget_w = _build(p.SetBudget, job=self.id, budget_w=budget_w).budget_w
         if self._gone_since is not None:
             self._remember_budget(budget_w)
             self._warn_once(
@@ -464,6 +572,11 @@ class Job:
         raise _unavailable(
             self._conn.endpoint, "the daemon lost this job and it could not register again"
         )
+
+    def _check_open(self) -> None:
+        # the connection thread is gone: a call would wait for its timeout, then blame the daemon
+        if self._closed:
+            raise JobClosed(f"job {self.id} is closed")
 
     def _remember_budget(self, budget_w: float) -> None:
         if self._register is not None:
@@ -657,12 +770,15 @@ class InferenceJob(Job):
     def batch(self, size: int | None = None) -> _Batch:
         """Context manager around one inference batch. Entering may wait for the GPU (a
         training step in flight, under managed interleaving); leaving reports the batch."""
+        self._check_open()
+        _check_size(size)
         return _Batch(self, size)
 
     def set_rate(self, rate_hz: float) -> None:
         """The arrival rate changed: powerd re-solves from what it measured. Returns once the
         daemon accepted the rate (`batch_size` may change)."""
-        reply = self._conn.call(p.SetRate(job=self.id, rate_hz=rate_hz))
+        self._check_open()
+        reply = self._conn.call(_build(p.SetRate, job=self.id, rate_hz=rate_hz))
         assert isinstance(reply, p.JobState)
         with self._lock:
             self._state = reply
@@ -897,13 +1013,15 @@ class NoopJob:
     def step(self) -> None:
         pass
 
+    # arguments are checked as with a daemon: a script tried without one fails the same way
     def set_budget(self, budget_w: float) -> None:
-        self.budget_w = budget_w
+        self.budget_w = _build(p.SetBudget, job="", budget_w=budget_w).budget_w
 
     def set_rate(self, rate_hz: float) -> None:
-        pass
+        _build(p.SetRate, job="", rate_hz=rate_hz)
 
     def batch(self, size: int | None = None) -> _NoopBatch:
+        _check_size(size)
         return _NoopBatch()
 
     def close(self) -> None:
@@ -932,7 +1050,7 @@ def request(
     rate_hz: float | None = None,
     required: bool = True,
     endpoint: str | None = None,
-    batch_sizes: Sequence[int] | None = None,
+    batch_sizes: Iterable[int] | None = None,
     step_time_ms: float | None = None,
     expected_steps: int | None = None,
 ) -> Job | InferenceJob | NoopJob:
@@ -945,16 +1063,19 @@ def request(
     expected_steps: how many steps a training job expects to run. A long job lets powerd
     keep measuring promising modes after the first commit (each within the budget), and
     switch to a faster one it finds; unknown (None), powerd takes the steps run so far as
-    the length, so a job earns those measurements as it keeps training."""
+    the length, so a job earns those measurements as it keeps training.
+
+    An argument outside the protocol's rules raises InvalidArgument (a ValueError) naming it."""
     ep = resolve_endpoint(endpoint)
-    msg = p.Register(
-        kind=kind,  # type: ignore[arg-type]
+    msg = _build(
+        p.Register,
+        kind=kind,
         budget_w=budget_w,
         workload=workload,
         latency_ms=latency_ms,
         rate_hz=rate_hz,
         pid=os.getpid(),
-        batch_sizes=None if batch_sizes is None else [int(b) for b in batch_sizes],
+        batch_sizes=_batch_sizes(batch_sizes),
         step_time_ms=step_time_ms,
         expected_steps=expected_steps,
     )

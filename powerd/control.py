@@ -713,11 +713,21 @@ class ControlLoop:
         predictor = None if w is None else w.predictor
         if predictor is None:
             known = ", ".join(stored) or "none yet"
+            # an inference workload asked without --kind inference: its pairs answer that
+            pairs = self.inference_samples.in_memory().get(name)
+            if pairs is None and self._inference_path(name).is_file():
+                pairs = self.inference_samples.of(name, True)
+            n = sum(1 for m in (pairs or {}).values() if math.isfinite(m.power_w))
+            hint = (
+                f"{name!r} has {n} measured inference pairs: ask with --kind inference --rate R"
+                if n
+                else "a job with strategy powertrain fits one"
+            )
             return p.Error(
                 id=msg_id,
                 code="not_found",
                 message=f"no fitted predictor for workload {name!r} on this board "
-                f"(workloads with samples: {known}); a job with strategy powertrain fits one",
+                f"(workloads with samples: {known}); {hint}",
             )
         modes = self.device.space.as_array()
         t, pw = predictor.predict(modes)

@@ -24,3 +24,11 @@ class RequestFailed(PowerdError):
     def __init__(self, code: str, message: str):
         super().__init__(f"{code}: {message}")
         self.code = code
+
+
+class InvalidArgument(PowerdError, ValueError):
+    """An argument breaks the protocol's rules (a ValueError: `except ValueError` works)."""
+
+
+class JobClosed(PowerdError, RuntimeError):
+    """The job was closed: it no longer talks to the daemon."""
