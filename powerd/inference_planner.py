@@ -434,6 +434,18 @@ class InferenceJobsPlanner:
                     g.rate_hz,
                     g.budget_w,
                 )
+            elif not action.drains:
+                log.warning(
+                    "job %s: no pair measured under %g W keeps up with %g requests/s: serving "
+                    "the most, %s b=%d, %.0f/s at %.2f W (the queue grows)",
+                    job.spec.id,
+                    g.budget_w,
+                    g.rate_hz,
+                    action.pair.mode,
+                    action.pair.batch_size,
+                    action.requests_per_s,
+                    action.power_w,
+                )
             else:
                 log.warning(
                     "job %s: latency %s ms cannot be met under %g W at %g/s: serving the best "
@@ -496,6 +508,15 @@ class InferenceJobsPlanner:
         if served.feasible:
             return JobView("tuned", "", True, b, batch_size=size)
         g = job.session.goal
+        if not served.drains:
+            return JobView(
+                "tuned",
+                f"no pair under {g.budget_w:g} W keeps up with {g.rate_hz:g} requests/s: "
+                f"serving the most, {served.requests_per_s:.0f}/s (the queue grows)",
+                False,
+                b,
+                batch_size=size,
+            )
         # without a latency target, infeasible means that no queue drains within the budget
         what = "a queue that drains" if g.latency_ms is None else f"latency {g.latency_ms:g} ms"
         return JobView(
@@ -576,7 +597,7 @@ class InferenceJobsPlanner:
             "p99_batch_ms": _p99(job.batches),
             "p99_latency_ms": _p99_latency(job, g),
             "predicted_latency_ms": None if served is None else served.latency_ms,
-            "best_latency_ms": None if served is None or served.feasible else served.latency_ms,
+            "best_latency_ms": None if served is None else served.best_latency_ms,
             "pairs_profiled": len(job.samples),
             "resolves": job.resolves,
             "draining_backlog": job.draining,

@@ -1,6 +1,7 @@
 """An inference job without a latency target whose queue cannot drain under the budget, through
-the real daemon: it is served within the budget and reported infeasible (the daemon once
-failed formatting that report: "unsupported format string passed to NoneType")."""
+the real daemon: it is served within the budget, with the most requests per second measured,
+and reported infeasible (the daemon once failed formatting that report: "unsupported format
+string passed to NoneType")."""
 
 from __future__ import annotations
 
@@ -50,8 +51,10 @@ def test_no_target_and_no_queue_that_drains_is_reported_not_a_crash(batches, tmp
 
             assert poll_until(reported, 60.0, period_s=0.1), (seen, eb.log_tail())
             job = seen["job"]
-            assert "a queue that drains cannot be met" in job["message"]
-            assert job["best_latency_ms"] is not None
+            # no latency is bounded when the queue grows: the message says what is served
+            # (the daemon's clock: the trace's 200/s at time scale 0.5)
+            assert f"keeps up with {RATE / SCALE:g} requests/s: serving the most" in job["message"]
+            assert job["best_latency_ms"] is None
             # served within the budget on the trace's truth
             b = job["batch_size"]
             from powerd.modes import PowerMode

@@ -253,18 +253,29 @@ class MeasurePair:
 class ServePair:
     """Serve with this pair. Its measured latency and power fit the goal, unless
     `feasible` is False: then it is the lowest worst-case latency measured under the
-    budget (`best_latency_ms`), or, if no measured pair is within the budget at all, the
-    lowest-power pair measured (`within_budget` False)."""
+    budget (`best_latency_ms`); if no measured pair under the budget drains the queue, the
+    one serving the most requests per second (`drains` False); if no measured pair is
+    within the budget at all, the lowest-power pair measured (`within_budget` False)."""
 
     pair: Pair
     feasible: bool
     latency_ms: float  # measured worst-case latency of the pair at the goal's rate
     power_w: float  # measured power while its batches run
     within_budget: bool = True
+    # its median batch time keeps up with the rate (False: the queue grows without bound,
+    # and the pair is the one serving the most requests per second)
+    drains: bool = True
+    batch_ms: float = math.nan  # measured median batch time
 
     @property
     def best_latency_ms(self) -> float | None:
-        return None if self.feasible else self.latency_ms
+        """None when feasible, and when the queue does not drain: no latency is bounded."""
+        return None if self.feasible or not self.drains else self.latency_ms
+
+    @property
+    def requests_per_s(self) -> float:
+        """What the pair serves at most: b over its measured median batch time."""
+        return 0.0 if self.batch_ms <= 0 else self.pair.batch_size * 1000.0 / self.batch_ms
 
 
 InferenceAction = MeasurePair | ServePair
@@ -427,9 +438,10 @@ class InferencePlanner:
         ):
             # No measured pair drains at the new goal: probe the model's best-predicted
             # draining pair first (within the budget, then nearest the latency target),
-            # rather than a search from scratch or a queue that does not drain.
+            # rather than a search from scratch or a queue that does not drain. Only pairs
+            # predicted within the budget: one predicted over it could not be served.
             drain_v = self._violation(goal, t, p, lat, latency=False)
-            cand = ~measured & np.isfinite(drain_v)
+            cand = ~measured & np.isfinite(drain_v) & (p <= goal.budget_w)
             if cand.any():
                 idx = np.flatnonzero(cand)
                 order = np.lexsort((idx, p[idx], viol[idx], drain_v[idx]))
@@ -456,6 +468,16 @@ class InferencePlanner:
         under = [
             m for m in samples.values() if m.power_w <= goal.budget_w and math.isfinite(m.tail_ms)
         ]
+        if can_measure:
+            # the pair predicted to serve the most requests per second within the budget,
+            # if it would beat every measured one by more than min_gain
+            most = max((m.pair.batch_size / m.tail_ms for m in under), default=0.0)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                thr = np.where(np.isfinite(t) & (t > 0), self.grid_b / t, 0.0)
+            cand = ~measured & (p + self.power_margin_w <= goal.budget_w)
+            cand &= thr > most * (1 + self.min_gain)
+            if cand.any():
+                return MeasurePair(self._pairs[int(np.argmax(np.where(cand, thr, -1.0)))])
         if under:
             best = max(under, key=lambda m: (m.pair.batch_size / m.tail_ms, -m.power_w))
             return self._serve(best, goal, feasible=False)
@@ -465,7 +487,10 @@ class InferencePlanner:
         if can_measure or cap_left:
             over = np.where(measured | ~np.isfinite(p), np.inf, p)
             i = int(np.argmin(over))
-            if over[i] <= goal.budget_w * (1 + self.explore):
+            # ... and only one predicted to draw less than every pair measured (else it
+            # runs the board further over the budget for nothing)
+            least = min((m.power_w for m in samples.values()), default=math.inf)
+            if over[i] <= goal.budget_w * (1 + self.explore) and over[i] < least:
                 return MeasurePair(self._pairs[i])
         # Nothing measured is within the budget, and nothing left worth trying: the lowest
         # power measured, flagged (the caller must not keep it: it is over the budget).
@@ -661,7 +686,10 @@ class InferencePlanner:
 
     def _serve(self, m: PairMeasurement, goal: InferenceGoal, feasible: bool) -> ServePair:
         lat = float(worst_latency_ms(m.pair.batch_size, goal.rate_hz, m.tail_ms))
-        return ServePair(m.pair, feasible, lat, m.power_w, m.power_w <= goal.budget_w)
+        drains = bool(m.batch_ms <= drain_limit_ms(m.pair.batch_size, goal.rate_hz))
+        return ServePair(
+            m.pair, feasible, lat, m.power_w, m.power_w <= goal.budget_w, drains, m.batch_ms
+        )
 
 
 class InferenceSession:

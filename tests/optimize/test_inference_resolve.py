@@ -183,3 +183,41 @@ def test_fit_probability_follows_the_goal() -> None:
     # b=16 at 200/s waits 75 ms to fill: a 50 ms target cannot be met, whatever the mode
     short = pl.fit_probability(InferenceGoal(rate_hz=200, budget_w=20, latency_ms=50), samples)
     assert np.all(short[pl.grid_b == 16] == 0.0) and np.all((short >= 0) & (short <= 1))
+
+
+def test_a_budget_below_every_measured_pair_probes_nothing_that_draws_more() -> None:
+    # every pair measured at g=1 draws 8.1-9.6 W; every unmeasured one is predicted to draw
+    # more (11.1-15.6 W): a 5 W budget cannot be met, and probing them only runs the board
+    # further over it. Serve the least power measured, flagged, as a training job would.
+    samples = {q: exact(q) for q in (pair(1, 1), pair(1, 4), pair(1, 16))}
+    session = InferenceSession(planner(), InferenceGoal(rate_hz=30, budget_w=20, latency_ms=200))
+    session.set_budget(5)
+    action = session.next_action(samples)
+    assert isinstance(action, ServePair), action
+    assert action.pair == pair(1, 1) and not action.feasible and not action.within_budget
+    # a profiled workload registering at such a budget: the same
+    fresh = InferenceSession(
+        planner(), InferenceGoal(rate_hz=30, budget_w=5, latency_ms=200), profiled=True
+    )
+    assert fresh.next_action(samples) == action
+
+
+def test_when_no_queue_can_drain_it_finds_and_serves_the_most_requests_per_second() -> None:
+    # one batch size, 1000 requests/s: no pair drains (b=1 needs <= 0.9 ms; the fastest
+    # takes 2.3 ms). Serve the most requests per second under the budget, found by
+    # measuring, and say that no latency is bounded.
+    pl = InferencePlanner(MODES, (1,), lambda samples: Model(), max_pairs=3)
+    session = InferenceSession(pl, InferenceGoal(rate_hz=1000, budget_w=20, latency_ms=50))
+    samples: dict[Pair, PairMeasurement] = {}
+    while isinstance(action := session.next_action(samples), MeasurePair):
+        samples[action.pair] = exact(action.pair)
+        session.measured(action.pair)
+    assert action.pair == pair(3, 1) and pair(3, 1) in samples  # 2.3 ms at 14.1 W
+    assert not action.feasible and action.within_budget and not action.drains
+    assert action.best_latency_ms is None and abs(action.requests_per_s - 1000 / (7 / 3)) < 1
+    # under 12 W the fastest is g=2 (3.5 ms, 11.1 W): measured, never the over-budget g=3
+    session.set_budget(12)
+    while isinstance(action := session.next_action(samples), MeasurePair):
+        samples[action.pair] = exact(action.pair)
+        session.measured(action.pair)
+    assert action.pair == pair(2, 1) and not action.drains and action.within_budget
