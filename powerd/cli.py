@@ -477,7 +477,9 @@ def _job_detail(j: dict[str, Any]) -> str:
             parts.append(f"rate {j['rate_hz']:g}/s")
         feas = j.get("feasible")
         if feas is False:
-            parts.append(f"INFEASIBLE (best {_ms(j.get('best_latency_ms'))})")
+            best = j.get("best_latency_ms")
+            # no best latency: the queue does not drain (the job's message says at what rate)
+            parts.append(f"INFEASIBLE (best {_ms(best)})" if best else "INFEASIBLE (queue grows)")
         elif feas:
             parts.append("feasible")
         if j.get("draining_backlog"):

@@ -338,3 +338,26 @@ def test_a_user_outside_the_socket_group_is_told_which_group(
     assert words in message and str(sock) in message, message
     if group != "root":
         assert f"usermod -aG {group}" in message
+
+
+def test_status_says_an_inference_queue_grows_rather_than_a_best_latency():
+    from powerd.cli import _job_detail
+
+    job = {
+        "id": "j1",
+        "workload": "flood",
+        "phase": "tuned",
+        "budget_w": 17.0,
+        "kind": "inference",
+        "batch_size": 16,
+        "latency_ms": None,
+        "rate_hz": 400.0,
+        "feasible": False,
+        "best_latency_ms": None,
+        "pairs_profiled": 3,
+        "message": "no pair under 17 W keeps up with 400 requests/s: serving the most, 49/s",
+    }
+    text = _job_detail(job)
+    assert "INFEASIBLE (queue grows)" in text and "best n/a" not in text
+    job["best_latency_ms"] = 415.0
+    assert "INFEASIBLE (best 415" in _job_detail(job)
