@@ -612,7 +612,7 @@ class InferenceJobsPlanner:
         if s is not None:
             i = self.joint_ids.index(job_id)
             out["predicted_latency_ms"] = s.latency_ms[i]
-            out["best_latency_ms"] = None if s.feasible[i] else s.latency_ms[i]
+            out["best_latency_ms"] = None if s.feasible[i] or not _drains(s, i) else s.latency_ms[i]
             out["gpu_share"] = s.gpu_share
             # measured worst case: the batch fills, then may wait behind one batch of every
             # other job (the p99s of all the shared jobs' batches)
@@ -826,9 +826,14 @@ class InferenceJobsPlanner:
         self.joint_served = action
         if before is None or (before.mode, before.sizes) != (action.mode, action.sizes):
             parts = ", ".join(
-                f"{i} b={b} worst-case {lat:.1f} ms{'' if ok else ' (target missed)'}"
-                for i, b, lat, ok in zip(
-                    ids, action.sizes, action.latency_ms, action.feasible, strict=True
+                f"{i} b={b} "
+                + (
+                    f"worst-case {lat:.1f} ms{'' if ok else ' (target missed)'}"
+                    if _drains(action, n)
+                    else "does not keep up (its queue grows)"
+                )
+                for n, (i, b, lat, ok) in enumerate(
+                    zip(ids, action.sizes, action.latency_ms, action.feasible, strict=True)
                 )
             )
             log.info(
@@ -848,9 +853,19 @@ class InferenceJobsPlanner:
             if tr is None or len(tr.holds) >= self.spec.min_steps:
                 return True
         # a job that stopped running batches (or training that gets no turn) must not
-        # stall the window: it ends after a few windows' time with what it has
+        # stall the window: it ends after a few windows' time with what it has, but never
+        # before a job's batches could have filled twice min_steps times (b=64 at 100/s
+        # fills every 0.64 s: a short window would leave out a job that runs fine)
         opens = min((w.opens for w in ws.values()), default=now)
-        return now - opens > 4 * self.spec.window_s + 1.0
+        fill_s = max(
+            (
+                w.pair.batch_size / self.jobs[i].session.goal.rate_hz
+                for i, w in ws.items()
+                if i in self.jobs
+            ),
+            default=0.0,
+        )
+        return now - opens > max(4 * self.spec.window_s + 1.0, 2 * self.spec.min_steps * fill_s)
 
     def _record(self, job: _InfJob, w: PairWindow, how: str) -> None:
         """A finished window's pair: into the job's samples and session, and the store."""
@@ -950,6 +965,15 @@ class InferenceJobsPlanner:
         if s.feasible[i]:
             return JobView("tuned", "", True, b, batch_size=size)
         g = job.session.goal
+        if not _drains(s, i) or g.latency_ms is None:
+            return JobView(
+                "tuned",
+                f"sharing the GPU, no plan measured under {b:g} W keeps up with "
+                f"{g.rate_hz:g} requests/s: serving the closest (the queue grows)",
+                False,
+                b,
+                batch_size=size,
+            )
         return JobView(
             "tuned",
             f"latency {g.latency_ms:g} ms cannot be met under {b:g} W at {g.rate_hz:g}/s "
@@ -965,6 +989,11 @@ class InferenceJobsPlanner:
             self.mode = None  # unknown until the switch succeeded
             self.hooks.apply_mode(mode)
             self.mode = mode
+
+
+def _drains(s: ServeSet, i: int) -> bool:
+    """Does job i's queue keep up in the shared plan (a plan that does not say: yes)?"""
+    return not s.drains or s.drains[i]
 
 
 def _p99(batches: Sequence[tuple[float, float]]) -> float | None:

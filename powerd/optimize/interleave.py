@@ -339,6 +339,9 @@ class ServeSet:
     gpu_share: float
     throughput_hz: float | None = None
     within_budget: bool = True
+    # per job: its queue keeps up (a cycle through one batch of every job, and a training
+    # step, within its own batch's fill time); (): not said
+    drains: tuple[bool, ...] = ()
 
 
 JointAction = MeasureSet | ServeSet
@@ -378,6 +381,9 @@ class JointPlanner:
         # the best candidate of each kind so far: ((score, tie), combo, mode index)
         best: dict[str, tuple[tuple[float, float], tuple[int, ...], int]] = {}
         low_meas = None  # lowest max power among fully measured candidates
+        # the candidates within the budget whose queues come closest to keeping up (the
+        # largest of GPU share / max_share and cycle / fill time), measured and measurable
+        close: dict[bool, tuple[tuple[float, float], tuple[int, ...], int]] = {}
         m_idx = np.arange(len(modes))
         for combo in itertools.product(*[range(len(v[3])) for v in per_job]):
             e = self._eval(jobs, per_job, training, tvals, combo)
@@ -400,6 +406,13 @@ class JointPlanner:
                 k = int(m_idx[meas][np.argmin(power[meas])])
                 if low_meas is None or power[k] < low_meas[0][0]:
                     low_meas = ((float(power[k]), 0.0), combo, k)
+            for measured_, mask in ((True, meas), (False, ~meas & e["measurable"])):
+                idx = m_idx[mask & e["within"]]
+                if idx.size:
+                    k = idx[np.lexsort((idx, e["power"][idx], e["excess"][idx]))[0]]
+                    cand = ((float(e["excess"][k]), float(e["power"][k])), combo, int(k))
+                    if measured_ not in close or cand[0] < close[measured_][0]:
+                        close[measured_] = cand
 
         def gain(pred, cur) -> bool:
             a, b = pred[0][0], cur[0][0]
@@ -418,6 +431,14 @@ class JointPlanner:
                 return self._serve(jobs, per_job, training, meas_c, modes)
             if pred_c is not None:
                 return self._measure(per_job, pred_c, modes)
+        # No plan keeps up: only measured plans are served, so measure the one predicted to
+        # come closest within the budget while it beats every measured one; then serve
+        # the measured plan that comes closest (flagged), else the lowest power measured.
+        near, near_meas = close.get(False), close.get(True)
+        if near is not None and (near_meas is None or gain(near, near_meas)):
+            return self._measure(per_job, near, modes)
+        if near_meas is not None:
+            return self._serve(jobs, per_job, training, near_meas, modes)
         if low_meas is not None:
             return self._serve(jobs, per_job, training, low_meas, modes)
         # Nothing measured, nothing that can be: the lowest predicted power, flagged.
@@ -450,11 +471,14 @@ class JointPlanner:
             meas = meas & tmeas
             if not training.can_measure:
                 measurable &= tmeas
-        ok = (power <= min(j.goal.budget_w for j in jobs)) & (share <= self.max_share)
+        within = power <= min(j.goal.budget_w for j in jobs)
+        ok = within & (share <= self.max_share)
+        excess = share / self.max_share
         worst = np.zeros(n)  # the largest latency / target over the jobs with one
         nolat = np.zeros(n)  # the summed latency of the jobs without a target
         for j, b in zip(jobs, sizes, strict=True):
             ok &= wait <= b * 1000.0 / j.goal.rate_hz
+            excess = np.maximum(excess, wait / (b * 1000.0 / j.goal.rate_hz))
             lat = (b - 1) * 1000.0 / j.goal.rate_hz + wait
             if j.goal.latency_ms is None:
                 nolat = nolat + lat
@@ -465,6 +489,7 @@ class JointPlanner:
             primary = -np.maximum(0.0, 1.0 - share) / (tvals[0] / 1000.0)
         else:
             primary = nolat * 1e3 + power  # no target: least latency first, then power
+        finite = np.isfinite(power) & np.isfinite(wait)
         return {
             "ok": ok,
             "fit": ok & (worst <= 1.0),
@@ -473,6 +498,8 @@ class JointPlanner:
             "primary": primary,
             "worst": worst,
             "power": power,
+            "within": within & finite,
+            "excess": np.where(finite, excess, np.inf),
         }
 
     def _step_down(self, jobs, per_job, tvals, cand, modes) -> int | None:
@@ -557,9 +584,14 @@ class JointPlanner:
         lats = tuple(
             (b - 1) * 1000.0 / j.goal.rate_hz + wait for j, b in zip(jobs, sizes, strict=True)
         )
+        # a job's batch waits for at most one batch of each other job (the gate serves in
+        # arrival order): its queue keeps up while that cycle fits in its fill time
+        drains = tuple(
+            wait <= b * 1000.0 / j.goal.rate_hz for j, b in zip(jobs, sizes, strict=True)
+        )
         feasible = tuple(
-            j.goal.latency_ms is None or lat <= j.goal.latency_ms
-            for j, lat in zip(jobs, lats, strict=True)
+            d and (j.goal.latency_ms is None or lat <= j.goal.latency_ms)
+            for j, lat, d in zip(jobs, lats, drains, strict=True)
         )
         budget = min(j.goal.budget_w for j in jobs)
         return ServeSet(
@@ -571,4 +603,5 @@ class JointPlanner:
             share,
             thr,
             within_budget=power <= budget,
+            drains=drains,
         )

@@ -150,3 +150,31 @@ def test_unreachable_targets_are_reported_per_job_within_the_budget(workload, re
     assert action.latency_ms[1] > 30.0
     _, power = _true_values(resnet_pairs, goals, action)
     assert power <= budget + 0.5
+
+
+class _Slow:
+    """The synthetic pair model read 20x too slow: no plan is predicted to keep up."""
+
+    def predict(self, modes, b):
+        from pair_models import Model
+
+        t, p = Model().predict(modes, b)
+        return t * 20, p
+
+
+def test_jobs_nothing_is_predicted_to_serve_are_measured_not_served_a_guess() -> None:
+    from pair_models import MODES, SIZES
+
+    pl = InferencePlanner(MODES, SIZES, lambda s: _Slow(), max_pairs=3)
+    goals = [InferenceGoal(30, 20, 200), InferenceGoal(100, 20, 300)]
+    jobs = [JointJob(g, pl, {}) for g in goals]
+    action = JointPlanner().next_action(jobs)
+    # a measurement of the plan predicted to come closest, within the budget
+    assert isinstance(action, MeasureSet), action
+    p = max(float(pl.predictions({})[1][pl._index[Pair(action.mode, b)]]) for b in action.sizes)
+    assert p <= 20
+    # with no pair left to measure, what is served says it does not keep up
+    stuck = [JointJob(g, pl, {}, can_measure=False) for g in goals]
+    served = JointPlanner().next_action(stuck)
+    assert isinstance(served, ServeSet) and served.gpu_share > 0.9
+    assert served.feasible == (False, False) and served.drains == (False, False)
