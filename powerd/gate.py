@@ -55,6 +55,7 @@ class _Waiter:
     kind: str
     reply_to: ReplyTo
     since: float
+    size: int | None = None
 
 
 class GpuGate:
@@ -71,11 +72,19 @@ class GpuGate:
         self.fast: str | None = None  # the job whose id the flag holds
         self.timeouts = 0
         self.preempted = 0  # holds cut short because another job waited
-        self._recent: dict[str, collections.deque[float]] = {}
-        self._limit_of: dict[str, float] = {}
+        self.holder_size: int | None = None  # the batch size the holder entered with
+        # hold history and bound per (job, batch size): a job that moves from b=4 to b=64
+        # must not have its larger batches cut at four of its small ones
+        self._recent: dict[tuple[str, int | None], collections.deque[float]] = {}
+        self._limit_of: dict[tuple[str, int | None], float] = {}
 
-    def enter(self, job: str, kind: str, reply_to: ReplyTo, now: float) -> p.BaseModel | None:
-        """GateOpen now, or None: answered later through `post`."""
+    def enter(
+        self, job: str, kind: str, reply_to: ReplyTo, now: float, size: int | None = None
+    ) -> p.BaseModel | None:
+        """GateOpen now, or None: answered later through `post`. `size`: the batch size
+        about to run (inference), whose own past holds bound this one."""
+        if kind != "inference":
+            size = None  # a training step's bound comes from its reported step times
         if self.holder == job:
             self._end(now)  # a client that entered again without leaving: its hold ended
         self.waiting = collections.deque(w for w in self.waiting if w.job != job)
@@ -87,9 +96,9 @@ class GpuGate:
             self._close_fast()
             self.since = now
         if self.holder is None and (kind == "inference" or not self._inference_waits()):
-            self._grant(job, kind, now)
+            self._grant(job, kind, now, size)
             return p.GateOpen(id=reply_to.msg_id, job=job)
-        self.waiting.append(_Waiter(job, kind, reply_to, now))
+        self.waiting.append(_Waiter(job, kind, reply_to, now, size))
         self._next(now)  # a job entering again freed the slot: a waiting batch goes first
         return None
 
@@ -115,7 +124,7 @@ class GpuGate:
                 return
         if len(self.waiting) and any(w.job not in live for w in self.waiting):
             self.waiting = collections.deque(w for w in self.waiting if w.job in live)
-        for gone in [j for j in self._recent if j not in live]:
+        for gone in [k for k in self._recent if k[0] not in live]:
             del self._recent[gone]
             self._limit_of.pop(gone, None)
         if self.holder is not None:
@@ -127,23 +136,33 @@ class GpuGate:
                     self.timeouts += 1
                     log.warning("gate: job %s held the GPU past the timeout", self.holder)
                 self._drop_holder()
-            elif self.waiting and held > self.hold_limit(self.holder):
+            elif self.waiting and held > self.hold_limit(self.holder, self.holder_size):
                 self.preempted += 1  # a pause: the waiting job goes; this one queues later
                 log.info(
                     "gate: job %s held the GPU %.0f ms (its bound %.0f ms) while %s waited: "
                     "handed over",
                     self.holder,
                     held * 1000.0,
-                    self.hold_limit(self.holder) * 1000.0,
+                    self.hold_limit(self.holder, self.holder_size) * 1000.0,
                     self.waiting[0].job,
                 )
                 self._drop_holder()
         if self.holder is None and self.waiting:
             self._next(now)
 
-    def hold_limit(self, job: str) -> float:
-        """How long `job` may hold the GPU while another waits (see the module doc)."""
-        return self._limit_of.get(job, self.timeout_s)
+    def hold_limit(self, job: str, size: int | None = None) -> float:
+        """How long `job` may hold the GPU while another waits (see the module doc), for a
+        batch of `size`. A size not seen enough yet: the bound of the job's nearest size
+        seen, scaled by the ratio of the sizes when larger (a batch takes at most that
+        much longer), else the timeout."""
+        own = self._limit_of.get((job, size))
+        if own is not None or size is None:
+            return self.timeout_s if own is None else own
+        seen = [(s, lim) for (j, s), lim in self._limit_of.items() if j == job and s]
+        if not seen:
+            return self.timeout_s
+        near, lim = min(seen, key=lambda x: (abs(x[0] - size), x[0]))
+        return min(self.timeout_s, lim * max(1.0, size / near))
 
     def note_steps(self, job: str, durations: list[float]) -> None:
         """A training job's reported step durations (gate waits excluded): its hold bound.
@@ -156,15 +175,17 @@ class GpuGate:
         if self.holder is None or (self.implicit and not self.waiting):
             return None
         if self.waiting:
-            return self.since + min(self.hold_limit(self.holder), self.timeout_s)
+            limit = self.hold_limit(self.holder, self.holder_size)
+            return self.since + min(limit, self.timeout_s)
         return self.since + self.timeout_s
 
     # ---- internals ---------------------------------------------------------------------
     def _inference_waits(self) -> bool:
         return any(w.kind == "inference" for w in self.waiting)
 
-    def _grant(self, job: str, kind: str, now: float) -> None:
+    def _grant(self, job: str, kind: str, now: float, size: int | None = None) -> None:
         self.holder, self.holder_kind, self.since = job, kind, now
+        self.holder_size = size
         self.implicit = False
         if kind == "training" and self.flag is not None and not self._inference_waits():
             self.fast = job
@@ -184,26 +205,27 @@ class GpuGate:
     def _end(self, now: float) -> None:
         if self.holder is not None and not self.implicit:
             # an implicit hold spans many steps: its length says nothing of one step
-            self._note_holds(self.holder, [now - self.since])
+            self._note_holds(self.holder, [now - self.since], self.holder_size)
         self._drop_holder()
 
-    def _note_holds(self, job: str, held_s: list[float]) -> None:
+    def _note_holds(self, job: str, held_s: list[float], size: int | None = None) -> None:
         if not held_s:
             return
-        recent = self._recent.get(job)
+        key = (job, size)
+        recent = self._recent.get(key)
         if recent is None:
-            recent = self._recent[job] = collections.deque(maxlen=HOLD_HISTORY)
+            recent = self._recent[key] = collections.deque(maxlen=HOLD_HISTORY)
         recent.extend(held_s)
         if len(recent) >= HOLD_MIN_SEEN:
             med = sorted(recent)[len(recent) // 2]
-            self._limit_of[job] = min(self.timeout_s, max(HOLD_FLOOR_S, HOLD_FACTOR * med))
+            self._limit_of[key] = min(self.timeout_s, max(HOLD_FLOOR_S, HOLD_FACTOR * med))
 
     def _next(self, now: float) -> None:
         if self.holder is not None or not self.waiting:
             return
         pick = next((w for w in self.waiting if w.kind == "inference"), self.waiting[0])
         self.waiting.remove(pick)
-        self._grant(pick.job, pick.kind, now)
+        self._grant(pick.job, pick.kind, now, pick.size)
         self.post(pick.reply_to, p.GateOpen(id=pick.reply_to.msg_id, job=pick.job))
 
 

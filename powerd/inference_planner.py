@@ -434,6 +434,16 @@ class InferenceJobsPlanner:
                     g.rate_hz,
                     g.budget_w,
                 )
+            elif not action.within_budget:
+                log.warning(
+                    "job %s: no pair measured stays within %g W: holding the least power "
+                    "measured, %s b=%d at %.2f W",
+                    job.spec.id,
+                    g.budget_w,
+                    action.pair.mode,
+                    action.pair.batch_size,
+                    action.power_w,
+                )
             elif not action.drains:
                 log.warning(
                     "job %s: no pair measured under %g W keeps up with %g requests/s: serving "

@@ -309,7 +309,8 @@ class Daemon:
             if req.op == "leave":
                 self.gate.leave(job.id, now)
                 return None
-            return self.gate.enter(job.id, job.kind, ReplyTo(owner[0], owner[1], req.id), now)
+            reply_to = ReplyTo(owner[0], owner[1], req.id)
+            return self.gate.enter(job.id, job.kind, reply_to, now, req.size)
 
     def poll_ms(self, now: float) -> int:
         """How long the request loop may sleep: until the gate must cut a hold short."""

@@ -94,6 +94,33 @@ def test_a_hung_batch_is_bounded_by_its_own_batch_times_and_unknown_jobs_by_the_
     assert g.holder == "tr" and posted[-1][1].job == "tr"
 
 
+def test_a_larger_batch_is_bounded_by_its_own_size_not_the_smaller_ones_before_it() -> None:
+    g, posted = _gate()  # timeout 1 s
+    t = 0.0
+    for i in range(4):  # batches of 4 that run 20 ms: the bound at b=4 is 80 ms
+        g.enter("inf", "inference", ReplyTo(0, b"i", i), t, size=4)
+        g.leave("inf", t + 0.02)
+        t += 0.1
+    assert g.hold_limit("inf", 4) == pytest.approx(0.08)
+    # powerd moved the job to b=64: a batch of 64 runs 300 ms; before any was seen its
+    # bound is the b=4 one scaled by 64/4 (1.28 s, capped at the timeout), so the batch
+    # is not cut at four of the small ones while the other job waits
+    assert g.hold_limit("inf", 64) == pytest.approx(1.0)
+    for i in range(3):
+        g.enter("inf", "inference", ReplyTo(0, b"i", 10 + i), t, size=64)
+        g.enter("tr", "training", ReplyTo(0, b"t", 10 + i), t + 0.001)
+        g.check(t + 0.2, {"tr", "inf"}, managed=True)
+        assert g.holder == "inf", "a 300 ms batch of 64 was cut at 200 ms"
+        g.leave("inf", t + 0.3)
+        assert g.holder == "tr"
+        g.leave("tr", t + 0.35)
+        t += 1.0
+    assert g.preempted == 0
+    # its own holds now bound it (4 x 300 ms), and a hung batch of 64 is cut there
+    assert g.hold_limit("inf", 64) == pytest.approx(1.0)  # 1.2 s, capped at the timeout
+    assert g.hold_limit("inf", 16) == pytest.approx(0.32)  # nearest seen: b=4 x 16/4
+
+
 def test_a_job_that_left_while_waiting_is_not_granted_afterwards() -> None:
     g, posted = _gate()
     g.enter("tr", "training", ReplyTo(0, b"t", 1), 0.0)

@@ -325,6 +325,11 @@ class MeasureSet:
     sizes: tuple[int, ...]
 
 
+# Two power readings this close are alike: about the standard error of a window's mean at
+# ~15 W (1 % sensor noise, tens of samples).
+POWER_TIE_W = 0.1
+
+
 @dataclass(frozen=True)
 class ServeSet:
     """Serve every job at this mode with these batch sizes. Per job: its measured worst-case
@@ -380,7 +385,7 @@ class JointPlanner:
         tvals = None if training is None else self._train_values(training, modes)
         # the best candidate of each kind so far: ((score, tie), combo, mode index)
         best: dict[str, tuple[tuple[float, float], tuple[int, ...], int]] = {}
-        low_meas = None  # lowest max power among fully measured candidates
+        measured_all: list[tuple[float, float, float, tuple[int, ...], int]] = []
         # the candidates within the budget whose queues come closest to keeping up (the
         # largest of GPU share / max_share and cycle / fill time), measured and measurable
         close: dict[bool, tuple[tuple[float, float], tuple[int, ...], int]] = {}
@@ -401,11 +406,9 @@ class JointPlanner:
                 cand = ((float(score[k]), float(tie[k])), combo, int(k))
                 if slot not in best or cand[0] < best[slot][0]:
                     best[slot] = cand
-            if meas.any():
-                power = e["power"]
-                k = int(m_idx[meas][np.argmin(power[meas])])
-                if low_meas is None or power[k] < low_meas[0][0]:
-                    low_meas = ((float(power[k]), 0.0), combo, k)
+            for k in m_idx[meas & np.isfinite(e["power"])]:
+                row = (float(e["power"][k]), float(e["excess"][k]), float(e["worst"][k]))
+                measured_all.append((*row, combo, int(k)))
             for measured_, mask in ((True, meas), (False, ~meas & e["measurable"])):
                 idx = m_idx[mask & e["within"]]
                 if idx.size:
@@ -439,8 +442,14 @@ class JointPlanner:
             return self._measure(per_job, near, modes)
         if near_meas is not None:
             return self._serve(jobs, per_job, training, near_meas, modes)
-        if low_meas is not None:
-            return self._serve(jobs, per_job, training, low_meas, modes)
+        if measured_all:
+            # over the budget whatever runs: the least power measured; readings within
+            # POWER_TIE_W of it are alike, and of those the one that keeps up best and has
+            # the lowest latency (not b=64 over b=4 for 2.5 mW)
+            least = min(r[0] for r in measured_all)
+            alike = [r for r in measured_all if r[0] <= least + POWER_TIE_W]
+            pw, excess, worst, combo, k = min(alike, key=lambda r: (r[1] > 1.0, r[2], r[0]))
+            return self._serve(jobs, per_job, training, ((pw, 0.0), combo, k), modes)
         # Nothing measured, nothing that can be: the lowest predicted power, flagged.
         sizes0 = tuple(0 for _ in jobs)
         power = np.max([v[1][:, 0] for v in per_job], axis=0)

@@ -178,3 +178,22 @@ def test_jobs_nothing_is_predicted_to_serve_are_measured_not_served_a_guess() ->
     served = JointPlanner().next_action(stuck)
     assert isinstance(served, ServeSet) and served.gpu_share > 0.9
     assert served.feasible == (False, False) and served.drains == (False, False)
+
+
+def test_over_the_budget_whatever_runs_readings_within_noise_tie_on_latency() -> None:
+    from pair_models import MODES, SIZES, Model, pair
+
+    from powerd.optimize.inference import PairMeasurement
+
+    pl = InferencePlanner(MODES, SIZES, lambda s: Model(), max_pairs=3)
+    a = {
+        pair(1, 4): PairMeasurement(pair(1, 4), 22.0, 13.0602, 23.0, 50),
+        pair(1, 16): PairMeasurement(pair(1, 16), 318.0, 13.0577, 320.0, 50),
+    }
+    b = {pair(1, 4): PairMeasurement(pair(1, 4), 22.0, 13.0, 23.0, 50)}
+    goals = [InferenceGoal(30, 12, 200), InferenceGoal(30, 12, 200)]  # nothing within 12 W
+    jobs = [JointJob(g, pl, s, can_measure=False) for g, s in zip(goals, (a, b), strict=True)]
+    served = JointPlanner().next_action(jobs)
+    assert isinstance(served, ServeSet) and not served.within_budget
+    # 2.5 mW less is no reason for a 2.5 s worst case: b=4 (the lower latency) is served
+    assert served.sizes == (4, 4)
