@@ -753,7 +753,8 @@ class InferenceJob(Job):
 
     @property
     def batch_size(self) -> int:
-        """The batch size powerd chose: form batches of exactly this size."""
+        """The batch size powerd chose: form batches of exactly this size. It changes when
+        powerd re-solves (a rate, budget or job change): read it for each batch."""
         return self._state.batch_size or 1
 
     @property
@@ -776,7 +777,9 @@ class InferenceJob(Job):
 
     def set_rate(self, rate_hz: float) -> None:
         """The arrival rate changed: powerd re-solves from what it measured. Returns once the
-        daemon accepted the rate (`batch_size` may change)."""
+        daemon accepted the rate; the re-solve runs on the daemon's next pass, so the new
+        `batch_size` arrives with a later state (within ~0.2 s): read `batch_size` when
+        you form each batch, not once after this call."""
         self._check_open()
         reply = self._conn.call(_build(p.SetRate, job=self.id, rate_hz=rate_hz))
         assert isinstance(reply, p.JobState)
