@@ -87,37 +87,31 @@ def test_batch_sizes_keep_whole_floats_and_drop_duplicates(fake: FakeDaemon) -> 
 
 
 @pytest.mark.parametrize(
-    ("rate", "expected"),
+    ("call", "value", "expected"),
     [
-        (0, "rate_hz must be > 0 (got 0)"),
-        (-1, "rate_hz must be > 0 (got -1)"),
-        (math.nan, "rate_hz must be a finite number (got nan)"),
-        ("abc", "rate_hz must be a valid number, unable to parse string as a number (got 'abc')"),
-        (None, "rate_hz must be a valid number (got None)"),
+        ("set_rate", 0, "rate_hz must be > 0 (got 0)"),
+        ("set_rate", -1, "rate_hz must be > 0 (got -1)"),
+        ("set_rate", math.nan, "rate_hz must be a finite number (got nan)"),
+        (
+            "set_rate",
+            "abc",
+            "rate_hz must be a valid number, unable to parse string as a number (got 'abc')",
+        ),
+        ("set_rate", None, "rate_hz must be a valid number (got None)"),
+        ("set_budget", math.nan, "budget_w must be a finite number (got nan)"),
+        (
+            "set_budget",
+            "abc",
+            "budget_w must be a valid number, unable to parse string as a number (got 'abc')",
+        ),
     ],
 )
-def test_set_rate_with_an_invalid_rate_names_the_rule(
-    fake: FakeDaemon, rate: object, expected: str
+def test_set_rate_and_set_budget_with_an_invalid_value_name_the_rule(
+    fake: FakeDaemon, call: str, value: object, expected: str
 ) -> None:
     with _inference(fake) as inf:
         with pytest.raises(ValueError) as exc:
-            inf.set_rate(rate)  # type: ignore[arg-type]
-        _one_line(exc, expected)
-
-
-@pytest.mark.parametrize(
-    ("budget", "expected"),
-    [
-        (math.nan, "budget_w must be a finite number (got nan)"),
-        ("abc", "budget_w must be a valid number, unable to parse string as a number (got 'abc')"),
-    ],
-)
-def test_set_budget_with_an_invalid_budget_names_the_rule(
-    fake: FakeDaemon, budget: object, expected: str
-) -> None:
-    with _inference(fake) as inf:
-        with pytest.raises(ValueError) as exc:
-            inf.set_budget(budget)  # type: ignore[arg-type]
+            getattr(inf, call)(value)
         _one_line(exc, expected)
 
 
