@@ -953,11 +953,12 @@ class InferenceJobsPlanner:
             )
         s = self.joint_served
         if s is None:
-            n = len(job.samples)
+            n, others = len(job.samples), len(self.joint_ids) - 1
+            # the others just left: it re-solves alone at the next pass
+            shared = f"shared with {others} other inference job(s)" if others else "alone again"
             return JobView(
                 "profiling",
-                f"shared with {len(self.joint_ids) - 1} other inference job(s): measuring "
-                f"(mode, batch size) pairs, {n} measured",
+                f"{shared}: measuring (mode, batch size) pairs, {n} measured",
                 None,
                 b,
                 batch_size=size,
