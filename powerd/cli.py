@@ -477,9 +477,10 @@ def _job_detail(j: dict[str, Any]) -> str:
             parts.append(f"rate {j['rate_hz']:g}/s")
         feas = j.get("feasible")
         if feas is False:
+            # a queue that cannot keep up has no bounded latency (the message says the rate)
+            grows = j.get("queue_grows")
             best = j.get("best_latency_ms")
-            # no best latency: the queue does not drain (the job's message says at what rate)
-            parts.append(f"INFEASIBLE (best {_ms(best)})" if best else "INFEASIBLE (queue grows)")
+            parts.append("INFEASIBLE (queue grows)" if grows else f"INFEASIBLE (best {_ms(best)})")
         elif feas:
             parts.append("feasible")
         if j.get("draining_backlog"):

@@ -526,6 +526,7 @@ class InferenceJobsPlanner:
                 False,
                 b,
                 batch_size=size,
+                best_latency_ms=served.latency_ms,
             )
         # without a latency target, infeasible means that no queue drains within the budget
         what = "a queue that drains" if g.latency_ms is None else f"latency {g.latency_ms:g} ms"
@@ -608,6 +609,8 @@ class InferenceJobsPlanner:
             "p99_latency_ms": _p99_latency(job, g),
             "predicted_latency_ms": None if served is None else served.latency_ms,
             "best_latency_ms": None if served is None else served.best_latency_ms,
+            # served, and its queue cannot keep up with the rate (no latency is bounded)
+            "queue_grows": served is not None and not served.drains,
             "pairs_profiled": len(job.samples),
             "resolves": job.resolves,
             "draining_backlog": job.draining,
@@ -622,7 +625,8 @@ class InferenceJobsPlanner:
         if s is not None:
             i = self.joint_ids.index(job_id)
             out["predicted_latency_ms"] = s.latency_ms[i]
-            out["best_latency_ms"] = None if s.feasible[i] or not _drains(s, i) else s.latency_ms[i]
+            out["best_latency_ms"] = None if s.feasible[i] else s.latency_ms[i]
+            out["queue_grows"] = not _drains(s, i)
             out["gpu_share"] = s.gpu_share
             # measured worst case: the batch fills, then may wait behind one batch of every
             # other job (the p99s of all the shared jobs' batches)
@@ -984,6 +988,7 @@ class InferenceJobsPlanner:
                 False,
                 b,
                 batch_size=size,
+                best_latency_ms=s.latency_ms[i],
             )
         return JobView(
             "tuned",

@@ -353,11 +353,12 @@ def test_status_says_an_inference_queue_grows_rather_than_a_best_latency():
         "latency_ms": None,
         "rate_hz": 400.0,
         "feasible": False,
-        "best_latency_ms": None,
+        "best_latency_ms": 91.5,
+        "queue_grows": True,
         "pairs_profiled": 3,
         "message": "no pair under 17 W keeps up with 400 requests/s: serving the most, 49/s",
     }
     text = _job_detail(job)
-    assert "INFEASIBLE (queue grows)" in text and "best n/a" not in text
-    job["best_latency_ms"] = 415.0
+    assert "INFEASIBLE (queue grows)" in text and "best 91" not in text
+    job["queue_grows"], job["best_latency_ms"] = False, 415.0
     assert "INFEASIBLE (best 415" in _job_detail(job)

@@ -570,7 +570,8 @@ def through_daemon(scale: float, max_pairs: int, quick: bool, daemon_log: str | 
                 flag = (
                     f"feasible={feasible}"
                     if feasible
-                    else f"feasible={feasible} best_latency {row['best_latency_ms']:.0f} ms "
+                    else f"feasible={feasible} best_latency "
+                    f"{row['best_latency_ms'] or float('nan'):.0f} ms "
                     f"(trace best {o['best_latency_ms'] or float('nan'):.0f})"
                 )
                 print(

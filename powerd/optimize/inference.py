@@ -269,8 +269,9 @@ class ServePair:
 
     @property
     def best_latency_ms(self) -> float | None:
-        """None when feasible, and when the queue does not drain: no latency is bounded."""
-        return None if self.feasible or not self.drains else self.latency_ms
+        """The contract's worst case, (b-1)/r + t_inf, when infeasible (None when feasible).
+        With `drains` False it holds for a request that finds the queue empty only."""
+        return None if self.feasible else self.latency_ms
 
     @property
     def requests_per_s(self) -> float:
