@@ -223,16 +223,20 @@ def worth_remeasuring(m: PairMeasurement, goal: InferenceGoal) -> bool:
     return fit_for(dataclasses.replace(m, power_w=goal.budget_w), goal)
 
 
+def drains(m: PairMeasurement, goal: InferenceGoal) -> bool:
+    """Does the queue drain at the goal's rate? A throughput condition: judged on the
+    median batch time (a noisy p99 would reject least-power pairs that sit just under the
+    limit); the tail goes to the latency check."""
+    return m.batch_ms <= float(drain_limit_ms(m.pair.batch_size, goal.rate_hz))
+
+
 def serves_within_budget(m: PairMeasurement, goal: InferenceGoal) -> bool:
-    """Measured power within B and a queue that drains (latency not considered). The drain
-    is a throughput condition: judged on the median batch time (a noisy p99 would reject
-    least-power pairs that sit just under the limit); the tail goes to the latency check."""
-    b = m.pair.batch_size
+    """Measured power within B and a queue that drains (latency not considered)."""
     return (
         math.isfinite(m.tail_ms)
         and math.isfinite(m.batch_ms)
         and m.power_w <= goal.budget_w
-        and m.batch_ms <= float(drain_limit_ms(b, goal.rate_hz))
+        and drains(m, goal)
     )
 
 
@@ -687,9 +691,14 @@ class InferencePlanner:
 
     def _serve(self, m: PairMeasurement, goal: InferenceGoal, feasible: bool) -> ServePair:
         lat = float(worst_latency_ms(m.pair.batch_size, goal.rate_hz, m.tail_ms))
-        drains = bool(m.batch_ms <= drain_limit_ms(m.pair.batch_size, goal.rate_hz))
         return ServePair(
-            m.pair, feasible, lat, m.power_w, m.power_w <= goal.budget_w, drains, m.batch_ms
+            m.pair,
+            feasible,
+            lat,
+            m.power_w,
+            m.power_w <= goal.budget_w,
+            drains(m, goal),
+            m.batch_ms,
         )
 
 
