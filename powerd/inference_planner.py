@@ -626,7 +626,7 @@ class InferenceJobsPlanner:
             i = self.joint_ids.index(job_id)
             out["predicted_latency_ms"] = s.latency_ms[i]
             out["best_latency_ms"] = None if s.feasible[i] else s.latency_ms[i]
-            out["queue_grows"] = not _drains(s, i)
+            out["queue_grows"] = not s.drains[i]
             out["gpu_share"] = s.gpu_share
             # measured worst case: the batch fills, then may wait behind one batch of every
             # other job (the p99s of all the shared jobs' batches)
@@ -843,7 +843,7 @@ class InferenceJobsPlanner:
                 f"{i} b={b} "
                 + (
                     f"worst-case {lat:.1f} ms{'' if ok else ' (target missed)'}"
-                    if _drains(action, n)
+                    if action.drains[n]
                     else "does not keep up (its queue grows)"
                 )
                 for n, (i, b, lat, ok) in enumerate(
@@ -980,7 +980,7 @@ class InferenceJobsPlanner:
         if s.feasible[i]:
             return JobView("tuned", "", True, b, batch_size=size)
         g = job.session.goal
-        if not _drains(s, i) or g.latency_ms is None:
+        if not s.drains[i] or g.latency_ms is None:
             return JobView(
                 "tuned",
                 f"sharing the GPU, no plan measured under {b:g} W keeps up with "
@@ -1005,11 +1005,6 @@ class InferenceJobsPlanner:
             self.mode = None  # unknown until the switch succeeded
             self.hooks.apply_mode(mode)
             self.mode = mode
-
-
-def _drains(s: ServeSet, i: int) -> bool:
-    """Does job i's queue keep up in the shared plan (a plan that does not say: yes)?"""
-    return not s.drains or s.drains[i]
 
 
 def _p99(batches: Sequence[tuple[float, float]]) -> float | None:

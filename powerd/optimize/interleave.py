@@ -340,13 +340,13 @@ class ServeSet:
     sizes: tuple[int, ...]
     latency_ms: tuple[float, ...]
     feasible: tuple[bool, ...]
+    # per job: its queue keeps up (a cycle through one batch of every job, and a training
+    # step, within its own batch's fill time)
+    drains: tuple[bool, ...]
     power_w: float
     gpu_share: float
     throughput_hz: float | None = None
     within_budget: bool = True
-    # per job: its queue keeps up (a cycle through one batch of every job, and a training
-    # step, within its own batch's fill time); (): not said
-    drains: tuple[bool, ...] = ()
 
 
 JointAction = MeasureSet | ServeSet
@@ -486,8 +486,9 @@ class JointPlanner:
         worst = np.zeros(n)  # the largest latency / target over the jobs with one
         nolat = np.zeros(n)  # the summed latency of the jobs without a target
         for j, b in zip(jobs, sizes, strict=True):
-            ok &= wait <= b * 1000.0 / j.goal.rate_hz
-            excess = np.maximum(excess, wait / (b * 1000.0 / j.goal.rate_hz))
+            fill_ms = b * 1000.0 / j.goal.rate_hz
+            ok &= wait <= fill_ms
+            excess = np.maximum(excess, wait / fill_ms)
             lat = (b - 1) * 1000.0 / j.goal.rate_hz + wait
             if j.goal.latency_ms is None:
                 nolat = nolat + lat
@@ -608,9 +609,9 @@ class JointPlanner:
             sizes,
             lats,
             feasible,
+            drains,
             power,
             share,
             thr,
             within_budget=power <= budget,
-            drains=drains,
         )
