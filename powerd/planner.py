@@ -32,6 +32,7 @@ class JobSpec:
     batch_sizes: tuple[int, ...] | None = None  # inference: the sizes the job can run
     step_time_ms: float | None = None  # the step-time objective's target (None: budget)
     expected_steps: int | None = None  # training: the job's expected length (None: unknown)
+    steps: int = 0  # steps (inference: batches) reported so far
 
 
 @dataclass(frozen=True)

@@ -68,6 +68,7 @@ class JobRecord:
             batch_sizes=self.batch_sizes,
             step_time_ms=self.step_time_ms,
             expected_steps=self.expected_steps,
+            steps=self.steps,
         )
 
 

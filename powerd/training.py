@@ -44,7 +44,6 @@ log = logging.getLogger("powerd.training")
 class _Job:
     spec: JobSpec
     workload: WorkloadState
-    steps: int = 0  # reported so far
 
 
 class TrainingPlanner:
@@ -97,9 +96,6 @@ class TrainingPlanner:
         self._arbitrate()
 
     def feed(self, job_id: str, ends: Sequence[float], durations: Sequence[float]) -> None:
-        job = self.jobs.get(job_id)
-        if job is not None:
-            job.steps += len(ends)
         if self.tuner is not None and job_id == self.tuner_job:
             # a training job alone is timed by its step intervals (its reported durations
             # only matter when it shares the GPU)
@@ -112,7 +108,7 @@ class TrainingPlanner:
         job = self.jobs.get(self.tuner_job or "")
         if job is not None:  # how long the job runs sizes its measuring after the commit
             self.tuner.expected_steps = job.spec.expected_steps
-            self.tuner.steps_run = job.steps
+            self.tuner.steps_run = job.spec.steps
         # TunerFailed (switches refused) and anything else reach the control loop, which
         # releases `culprit()` and gives the board back
         self.tuner.tick(now)

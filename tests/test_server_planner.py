@@ -130,14 +130,15 @@ def test_a_job_of_unknown_length_earns_measurements_after_its_commit_as_it_runs(
     tuner.workload.samples[mode] = Measurement(mode, 100.0, 10.0, steps=30)
     tuner.committed = Commit(mode)
     per_probe = (SPEC.settle_s + SPEC.window_s) / 0.1  # 30 steps at 100 ms
-    pl.feed("a", [0.1 * i for i in range(299)], [])
+    # the registry counts the steps the job reports; each control step syncs them
+    pl.sync([replace(a, steps=299)], 12, 0.1)
     pl.tick(0.1)
     assert tuner.steps_run == 299 and tuner.refine_room() == int(0.1 * 299 / per_probe) == 0
-    pl.feed("a", [0.1 * i for i in range(301, 903)], [])
+    pl.sync([replace(a, steps=901)], 12, 0.2)
     pl.tick(0.2)
     assert tuner.refine_room() == 3  # 901 steps run: 90.1 steps of room, 3 measurements
     # a length the job said wins over the steps it ran
-    pl.sync([replace(a, expected_steps=30_000)], 12, 0.3)
+    pl.sync([replace(a, steps=901, expected_steps=30_000)], 12, 0.3)
     pl.tick(0.3)
     assert tuner.refine_room() == 100
     # without refine_share nothing is measured after the commit, however long the job
@@ -146,6 +147,6 @@ def test_a_job_of_unknown_length_earns_measurements_after_its_commit_as_it_runs(
     off.tick(0.0)
     off.tuner.committed = Commit(mode)
     off.tuner.workload.samples[mode] = Measurement(mode, 100.0, 10.0, steps=30)
-    off.feed("a", [0.1 * i for i in range(5000)], [])
+    off.sync([replace(a, steps=5000)], 12, 0.1)
     off.tick(0.1)
     assert off.tuner.refine_room() == 0
