@@ -10,6 +10,12 @@ windows the inference client reports, training steps from the step durations the
 client reports (each from the step's start, after any wait at the gate, to its step()).
 Power of each: the INA3221 samples inside its windows.
 
+Until the inference job reports its first batch, the training job has the GPU to itself:
+a `TrainingPlanner` inside this one tunes it (or holds its remembered mode) as if it were
+alone, with the gate already managed so the first batch waits only for the step in flight.
+A serving process that registers at start-up and waits for requests costs training
+nothing.
+
 When a job leaves, the control loop hands the board back to the single-kind planner, which
 re-solves from the samples already measured (no re-profiling).
 """
@@ -46,6 +52,7 @@ from powerd.optimize.interleave import (
 )
 from powerd.planner import BoardHooks, JobSpec, JobView
 from powerd.profiler import WindowSpec
+from powerd.training import TrainingPlanner
 
 log = logging.getLogger("powerd.interleave")
 
@@ -114,6 +121,8 @@ class InterleaveJobsPlanner:
         self.shared = False
         self._side: TrainingSide | None = None
         self._side_key: Any = None
+        # the training job alone on the GPU while the inference job has run no batch yet
+        self.alone: TrainingPlanner | None = None
 
     # ---- Planner interface ------------------------------------------------------------
     def sync(self, jobs: Sequence[JobSpec], budget_w: float, now: float) -> None:
@@ -124,8 +133,13 @@ class InterleaveJobsPlanner:
         for gone in [i for i in self.released if i not in ids]:
             del self.released[gone]
         for s in jobs:
-            if s.kind == "training" and s.id not in self.train and s.id not in self.released:
+            if s.kind != "training" or s.id in self.released:
+                continue
+            known = self.train.get(s.id)
+            if known is None:
                 self.train[s.id] = (s, self.hooks.workload("training", s.workload, s.persistent))
+            else:
+                self.train[s.id] = (s, known[1])  # its steps so far, a changed budget
         self.budget_w = budget_w
         goal = self._current_goal()
         if goal != self._goal:
@@ -134,6 +148,8 @@ class InterleaveJobsPlanner:
 
     def feed(self, job_id: str, ends: Sequence[float], durations: Sequence[float]) -> None:
         if job_id == self._train_id():
+            if self.alone is not None:
+                self.alone.feed(job_id, ends, durations)
             # the training client times each step from its start (after any wait at the
             # gate) to its step(): the span it held the GPU
             self._feed_holds([(t - d, t) for t, d in zip(ends, durations, strict=False) if d > 0])
@@ -170,6 +186,14 @@ class InterleaveJobsPlanner:
             self.shared = False
             self.inf._leave_joint()
             self._side, self._side_key = None, None
+        if not ij.active and ij.spec.steps == 0:
+            # (steps: a job that ran batches before this planner took over is no newcomer)
+            self._train_alone(tr, ij, now)
+            return
+        if self.alone is not None:
+            log.info("job %s ran a batch: interleaving it with %s", ij.spec.id, tr[0].id)
+            self.alone = None
+            self.mode = None  # the training planner moved the board
         name = tr[0].workload
         joint = self.joint_train.setdefault(name, {})
         if self.probe is not None:
@@ -207,6 +231,19 @@ class InterleaveJobsPlanner:
         b = self.budget_w
         if job_id in self.released:
             return JobView("idle", self.released[job_id], None, b)
+        if self.alone is not None and not self.shared:
+            if job_id == self._train_id():
+                return dataclasses.replace(self.alone.phase_of(job_id), gate="managed")
+            if job_id == self._inf_id():
+                return JobView(
+                    "profiling",
+                    "no batches reported yet (enter job.batch() for each batch); the "
+                    "training job runs in its own mode until then",
+                    None,
+                    b,
+                    batch_size=self.batch_size,
+                    gate="managed",
+                )
         if self.shared and job_id in self.inf.jobs:
             return dataclasses.replace(self.inf.phase_of(job_id), gate="managed")
         if self.shared and job_id == self._train_id():
@@ -251,6 +288,8 @@ class InterleaveJobsPlanner:
         )
 
     def culprit(self) -> tuple[str | None, PowerMode | None]:
+        if self.alone is not None:
+            return self.alone.culprit()
         return self._train_id() or self._inf_id(), self.mode
 
     def release(self, job_ids: Sequence[str] | None, message: str) -> None:
@@ -259,6 +298,7 @@ class InterleaveJobsPlanner:
             self.released[i] = message
         self.inf.release(job_ids, message)
         self.probe, self.served, self.mode = None, None, None
+        self.alone = None  # the control loop gives the board back
 
     def resume(self, job_ids: Sequence[str] | None = None) -> None:
         for i in list(self.released) if job_ids is None else job_ids:
@@ -275,6 +315,14 @@ class InterleaveJobsPlanner:
                 throughput_bound_hz=None if js is None else js.throughput_hz,
             )
             return d
+        if self.alone is not None:
+            return {
+                **(self.alone.describe() or {}),
+                "planner": "interleave",
+                "training_job": self._train_id(),
+                "inference_job": self._inf_id(),
+                "waiting_for_batches": True,
+            }
         s = self.served
         return {
             "planner": "interleave",
@@ -318,6 +366,24 @@ class InterleaveJobsPlanner:
         return {}
 
     # ---- internals -----------------------------------------------------------------------
+    def _train_alone(self, tr: tuple[JobSpec, Any], ij: Any, now: float) -> None:
+        """No batch yet: tune the training job as if it were alone (a known budget goes
+        straight to its remembered mode), and offer the inference job the smallest batch
+        size, the lowest latency while nothing is measured together."""
+        if self.alone is None:
+            log.info(
+                "job %s has run no batch yet: %s keeps the GPU in its own mode",
+                ij.spec.id,
+                tr[0].id,
+            )
+            self.alone = TrainingPlanner(self.hooks, self.spec)
+            self.probe, self.served, self.mode = None, None, None
+        self.alone.sync([tr[0]], self.budget_w or tr[0].budget_w, now)
+        self.alone.tick(now)
+        if self.batch_size is None:
+            self.batch_size = min(ij.session.planner.batch_sizes)
+            self.inf.batch_size[ij.spec.id] = self.batch_size
+
     def _p99_latency(self, extra: dict[str, Any]) -> float | None:
         """The inference job's worst case here, from what was measured: (b-1)/r + the p99
         batch time + a training step it may wait for (the median of the recent ones). The

@@ -674,3 +674,53 @@ def test_training_steps_without_asking_while_no_batch_waits_and_asks_when_one_do
     finally:
         inf.close()
         job.close()
+
+
+def test_an_inference_job_that_runs_no_batch_leaves_training_in_its_own_mode(
+    board, batches, train_trace
+) -> None:
+    """A serving process registers at start-up and waits for requests: until its first
+    batch the training job keeps its training-only mode (no joint probe moves the board),
+    with the gate managed already; its first batch starts the interleaving."""
+    eb, gpu = board
+    _seed(eb, batches, ("emulated-inference",), train_trace)
+    trainer = _Trainer(eb, train_trace, gpu)
+    try:
+        assert first_true(lambda: _phase_of(eb, "training") == "tuned", 20), eb.log_tail()
+        alone = eb.status()["mode"]
+        marker = eb.daemon_log.read_text().count("\n")
+        inf = powerd.request(
+            kind="inference",
+            budget_w=BUDGET,
+            rate_hz=10.0,
+            latency_ms=3000,
+            workload="emulated-inference",
+            batch_sizes=(1, 4, 16),
+            endpoint=eb.endpoint,
+        )
+        try:
+            assert first_true(lambda: eb.status()["planner"] == "interleave", 5)
+            for _ in range(6):  # ~3 s: several of the daemon's windows
+                time.sleep(0.5)
+                st = eb.status()
+                assert st["mode"] == alone, eb.log_tail()
+                tr = next(j for j in st["jobs"] if j["kind"] == "training")
+                assert tr["phase"] == "tuned", tr
+                assert st["planner"] == "interleave" and st["tuner"]["waiting_for_batches"]
+            ij = next(j for j in eb.status()["jobs"] if j["kind"] == "inference")
+            assert ij["phase"] == "profiling" and "no batches reported yet" in ij["message"]
+            assert inf.batch_size == 1  # the smallest size while nothing is measured together
+            lines = eb.daemon_log.read_text().splitlines()[marker:]
+            assert not [ln for ln in lines if "interleaved probe" in ln or "interleaving" in ln]
+            # the first batches: the joint solve starts
+            for _ in range(5):
+                with inf.batch(size=inf.batch_size):
+                    time.sleep(0.01)
+                time.sleep(0.1)
+            assert first_true(
+                lambda: "ran a batch: interleaving it" in eb.daemon_log.read_text(), 5
+            ), eb.log_tail()
+        finally:
+            inf.close()
+    finally:
+        trainer.stop()
