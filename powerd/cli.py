@@ -403,8 +403,7 @@ def format_status(s: dict[str, Any]) -> str:
         f"strategy  {s.get('strategy', '?')}, {s.get('mode_space_size', '?')} modes",
         f"mode      {_mode_str(mode) if mode else 'baseline (no job holds the board)'}",
         f"power     {s['power_w']:.2f} W" if s.get("power_w") is not None else "power     n/a",
-        f"budget    {s['budget_w']:g} W "
-        f"(limits {s['limits_w']['min']:g}-{s['limits_w']['max']:g} W)",
+        _budget_line(s),
     ]
     lines += _coexist_lines(s)
     jobs = s.get("jobs") or []
@@ -431,6 +430,16 @@ def format_status(s: dict[str, Any]) -> str:
             lines.append(f"      {j['message']}")
     lines += _workload_lines(s)
     return "\n".join(lines)
+
+
+def _budget_line(s: dict[str, Any]) -> str:
+    """The board's effective budget; the admin's default beside it when the jobs' lowest
+    budget differs (a job that gives none gets the default)."""
+    limits = f"limits {s['limits_w']['min']:g}-{s['limits_w']['max']:g} W"
+    default = s.get("default_budget_w")
+    if default is not None and default != s["budget_w"]:
+        return f"budget    {s['budget_w']:g} W (lowest job budget; default {default:g} W, {limits})"
+    return f"budget    {s['budget_w']:g} W ({limits})"
 
 
 def _workload_lines(s: dict[str, Any]) -> list[str]:
@@ -503,8 +512,7 @@ def format_front(rows: list[dict[str, Any]]) -> str:
     out = [head]
     for r in rows:
         out.append(
-            f"{r['batch_size']:>4} {r['cores']:>5} {r['cpu_khz'] / 1e3:>8.0f} "
-            f"{r['gpu_hz'] / 1e6:>8.0f} {r['emc_hz'] / 1e6:>8.0f} {r['batch_ms']:>9.1f} "
+            f"{r['batch_size']:>4} {_clock_cells(r)} {r['batch_ms']:>9.1f} "
             f"{r['latency_ms']:>11.1f} {r['power_w']:>8.2f} {'yes' if r['drains'] else 'no':>6}"
         )
     return "\n".join(out)
@@ -539,16 +547,19 @@ def _mode_str(m: dict[str, int]) -> str:
     return str(PowerMode.from_dict(m))
 
 
+def _clock_cells(r: dict[str, Any]) -> str:
+    """cores, cpu, gpu and emc MHz of a table row, in PowerMode's whole-MHz convention."""
+    m = PowerMode.from_dict(r)
+    return f"{m.cores:>5} {m.cpu_mhz:>8} {m.gpu_mhz:>8} {m.emc_mhz:>8}"
+
+
 def format_rows(rows: list[dict[str, Any]]) -> str:
     head = (
         f"{'cores':>5} {'cpu MHz':>8} {'gpu MHz':>8} {'emc MHz':>8} {'time ms':>9} {'power W':>8}"
     )
     out = [head]
     for r in rows:
-        out.append(
-            f"{r['cores']:>5} {r['cpu_khz'] / 1e3:>8.0f} {r['gpu_hz'] / 1e6:>8.0f} "
-            f"{r['emc_hz'] / 1e6:>8.0f} {r['time_ms']:>9.1f} {r['power_w']:>8.2f}"
-        )
+        out.append(f"{_clock_cells(r)} {r['time_ms']:>9.1f} {r['power_w']:>8.2f}")
     return "\n".join(out)
 
 

@@ -12,6 +12,7 @@ import sys
 import threading
 import time
 
+from powerd.modes import PowerMode
 from powerd.sim.harness import EmulatedBoard, knob_snapshot
 from powerd.sim.job import run_training_job
 from powerd.sim.trace import TRACE_DIR, Trace
@@ -20,11 +21,11 @@ from powerd.sim.trace import TRACE_DIR, Trace
 def _mode_str(m: object) -> str:
     if m is None:
         return "-"
-    d = m if isinstance(m, dict) else m.as_dict()  # type: ignore[attr-defined]
+    p = PowerMode.from_dict(m) if isinstance(m, dict) else m
+    assert isinstance(p, PowerMode)
     return (
-        f"{d['cores']:>2} cores, CPU {d['cpu_khz'] / 1e3:>4.0f} MHz, "
-        f"GPU {d['gpu_hz'] / 1e6:>4.0f} MHz,"
-        f" EMC {d['emc_hz'] / 1e6:>4.0f} MHz"
+        f"{p.cores:>2} cores, CPU {p.cpu_mhz:>4} MHz, GPU {p.gpu_mhz:>4} MHz, "
+        f"EMC {p.emc_mhz:>4} MHz"
     )
 
 

@@ -1,0 +1,44 @@
+"""`powerctl status`'s header: the pinned mode named as everything else names it (job.mode,
+the job lines' messages, the daemon's log), and the budget the board follows."""
+
+from __future__ import annotations
+
+from powerd.cli import format_status
+from powerd.modes import PowerMode
+
+
+def test_the_status_header_formats_the_mode_like_power_mode() -> None:
+    # clocks just under a whole MHz: rounding would read 115/666/730, truncation 114/665/729
+    mode = PowerMode(cores=4, cpu_khz=729600, gpu_hz=114750000, emc_hz=665600000)
+    status = {
+        "board": "orin-agx",
+        "mode": mode.as_dict(),
+        "power_w": 9.5,
+        "budget_w": 15.0,
+        "limits_w": {"min": 5, "max": 60},
+        "jobs": [],
+    }
+    header = next(ln for ln in format_status(status).splitlines() if ln.startswith("mode "))
+    assert header == f"mode      {mode}", header
+    assert "cpu 729 MHz/gpu 114 MHz/emc 665 MHz" in header
+
+
+def _budget_line(budget_w: float, default_w: float) -> str:
+    status = {
+        "board": "orin-agx",
+        "mode": None,
+        "power_w": 9.5,
+        "budget_w": budget_w,
+        "default_budget_w": default_w,
+        "limits_w": {"min": 5, "max": 60},
+        "jobs": [],
+    }
+    return next(ln for ln in format_status(status).splitlines() if ln.startswith("budget "))
+
+
+def test_the_status_header_names_the_default_budget_when_jobs_set_a_lower_one() -> None:
+    line = _budget_line(12.0, 25.0)
+    assert "12 W" in line and "default 25 W" in line and "limits 5-60 W" in line, line
+    # no job budget below the default: one figure
+    line = _budget_line(25.0, 25.0)
+    assert line == "budget    25 W (limits 5-60 W)", line
