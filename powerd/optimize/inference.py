@@ -469,14 +469,20 @@ class InferencePlanner:
                 action = self._serve(samples[action.pair], goal, feasible)
             return action
         # No queue drains within the budget: the budget wins over latency. Serve the most
-        # requests per second among pairs whose measured power fits.
+        # requests per second among pairs whose measured power fits: a throughput, judged
+        # on the median batch time as the drain check is (and as the model predicts).
         under = [
-            m for m in samples.values() if m.power_w <= goal.budget_w and math.isfinite(m.tail_ms)
+            m
+            for m in samples.values()
+            if m.power_w <= goal.budget_w
+            and math.isfinite(m.tail_ms)
+            and math.isfinite(m.batch_ms)
+            and m.batch_ms > 0
         ]
         if can_measure:
             # the pair predicted to serve the most requests per second within the budget,
             # if it would beat every measured one by more than min_gain
-            most = max((m.pair.batch_size / m.tail_ms for m in under), default=0.0)
+            most = max((m.pair.batch_size / m.batch_ms for m in under), default=0.0)
             with np.errstate(divide="ignore", invalid="ignore"):
                 thr = np.where(np.isfinite(t) & (t > 0), self.grid_b / t, 0.0)
             cand = ~measured & (p + self.power_margin_w <= goal.budget_w)
@@ -484,7 +490,7 @@ class InferencePlanner:
             if cand.any():
                 return MeasurePair(self._pairs[int(np.argmax(np.where(cand, thr, -1.0)))])
         if under:
-            best = max(under, key=lambda m: (m.pair.batch_size / m.tail_ms, -m.power_w))
+            best = max(under, key=lambda m: (m.pair.batch_size / m.batch_ms, -m.power_w))
             return self._serve(best, goal, feasible=False)
         # Nothing measured stays within the budget: a pair that does comes before any cap
         # on measuring (a few more), since serving one over the budget is no option.
