@@ -10,11 +10,11 @@ windows the inference client reports, training steps from the step durations the
 client reports (each from the step's start, after any wait at the gate, to its step()).
 Power of each: the INA3221 samples inside its windows.
 
-Until the inference job reports its first batch, the training job has the GPU to itself:
-a `TrainingPlanner` inside this one tunes it (or holds its remembered mode) as if it were
-alone, with the gate already managed so the first batch waits only for the step in flight.
-A serving process that registers at start-up and waits for requests costs training
-nothing.
+While the inference job runs no batches (none yet, or none for `rate_drift_s`), the
+training job has the GPU to itself: a `TrainingPlanner` inside this one tunes it (or holds
+its remembered mode) as if it were alone, with the gate still managed so that the next
+batch waits only for the step in flight, and the joint solve resumes from what was
+measured. A serving process that waits for requests costs training nothing.
 
 When a job leaves, the control loop hands the board back to the single-kind planner, which
 re-solves from the samples already measured (no re-profiling).
@@ -186,14 +186,14 @@ class InterleaveJobsPlanner:
             self.shared = False
             self.inf._leave_joint()
             self._side, self._side_key = None, None
-        if not ij.active and ij.spec.steps == 0:
-            # (steps: a job that ran batches before this planner took over is no newcomer)
+        if self._no_batches(ij, now):
             self._train_alone(tr, ij, now)
             return
         if self.alone is not None:
             log.info("job %s ran a batch: interleaving it with %s", ij.spec.id, tr[0].id)
             self.alone = None
             self.mode = None  # the training planner moved the board
+            self.served = None  # re-solve from what is measured together
         name = tr[0].workload
         joint = self.joint_train.setdefault(name, {})
         if self.probe is not None:
@@ -234,11 +234,16 @@ class InterleaveJobsPlanner:
         if self.alone is not None and not self.shared:
             if job_id == self._train_id():
                 return dataclasses.replace(self.alone.phase_of(job_id), gate="managed")
-            if job_id == self._inf_id():
+            ij = self.inf._driver()
+            if ij is not None and job_id == ij.spec.id:
+                quiet = (
+                    f"no batch for {time.monotonic() - ij.batches[-1][1]:.0f} s"
+                    if ij.batches
+                    else "no batches reported yet (enter job.batch() for each batch)"
+                )
                 return JobView(
                     "profiling",
-                    "no batches reported yet (enter job.batch() for each batch); the "
-                    "training job runs in its own mode until then",
+                    f"{quiet}; the training job runs in its own mode until one comes",
                     None,
                     b,
                     batch_size=self.batch_size,
@@ -366,13 +371,23 @@ class InterleaveJobsPlanner:
         return {}
 
     # ---- internals -----------------------------------------------------------------------
+    def _no_batches(self, ij: Any, now: float) -> bool:
+        """The inference job runs no batches: none since it registered (steps counts the
+        ones run before this planner took over), or none for a while (a server idle at
+        night): `rate_drift_s`, and at least 4 batch intervals at its rate."""
+        if not ij.batches:
+            return not ij.active and ij.spec.steps == 0
+        b = self.batch_size or 1
+        quiet_s = max(self.settings.rate_drift_s, 4.0 * b / ij.session.goal.rate_hz)
+        return now - ij.batches[-1][1] > quiet_s
+
     def _train_alone(self, tr: tuple[JobSpec, Any], ij: Any, now: float) -> None:
         """No batch yet: tune the training job as if it were alone (a known budget goes
         straight to its remembered mode), and offer the inference job the smallest batch
         size, the lowest latency while nothing is measured together."""
         if self.alone is None:
             log.info(
-                "job %s has run no batch yet: %s keeps the GPU in its own mode",
+                "job %s runs no batches: %s has the GPU in its own mode until it does",
                 ij.spec.id,
                 tr[0].id,
             )

@@ -677,50 +677,72 @@ def test_training_steps_without_asking_while_no_batch_waits_and_asks_when_one_do
 
 
 def test_an_inference_job_that_runs_no_batch_leaves_training_in_its_own_mode(
-    board, batches, train_trace
+    batches, train_trace, tmp_path
 ) -> None:
     """A serving process registers at start-up and waits for requests: until its first
     batch the training job keeps its training-only mode (no joint probe moves the board),
-    with the gate managed already; its first batch starts the interleaving."""
-    eb, gpu = board
-    _seed(eb, batches, ("emulated-inference",), train_trace)
-    trainer = _Trainer(eb, train_trace, gpu)
-    try:
-        assert first_true(lambda: _phase_of(eb, "training") == "tuned", 20), eb.log_tail()
-        alone = eb.status()["mode"]
-        marker = eb.daemon_log.read_text().count("\n")
-        inf = powerd.request(
-            kind="inference",
-            budget_w=BUDGET,
-            rate_hz=10.0,
-            latency_ms=3000,
-            workload="emulated-inference",
-            batch_sizes=(1, 4, 16),
-            endpoint=eb.endpoint,
-        )
+    with the gate managed already; its first batch starts the interleaving. When its
+    batches stop for `rate_drift_s` (a server idle at night), training has its mode back."""
+    eb = EmulatedBoard(
+        "orin-agx",
+        batches[1],
+        time_scale=SCALE,
+        workdir=tmp_path,
+        config={"inference": {"max_pairs": 6, "rate_drift_s": 2.0}},
+    )
+    with eb:
+        gpu = Gpu(eb.emulator, idle_power(batches[1]), time_scale=SCALE)
+        _seed(eb, batches, ("emulated-inference",), train_trace)
+        trainer = _Trainer(eb, train_trace, gpu)
         try:
-            assert first_true(lambda: eb.status()["planner"] == "interleave", 5)
-            for _ in range(6):  # ~3 s: several of the daemon's windows
-                time.sleep(0.5)
-                st = eb.status()
-                assert st["mode"] == alone, eb.log_tail()
-                tr = next(j for j in st["jobs"] if j["kind"] == "training")
-                assert tr["phase"] == "tuned", tr
-                assert st["planner"] == "interleave" and st["tuner"]["waiting_for_batches"]
-            ij = next(j for j in eb.status()["jobs"] if j["kind"] == "inference")
-            assert ij["phase"] == "profiling" and "no batches reported yet" in ij["message"]
-            assert inf.batch_size == 1  # the smallest size while nothing is measured together
-            lines = eb.daemon_log.read_text().splitlines()[marker:]
-            assert not [ln for ln in lines if "interleaved probe" in ln or "interleaving" in ln]
-            # the first batches: the joint solve starts
-            for _ in range(5):
-                with inf.batch(size=inf.batch_size):
-                    time.sleep(0.01)
-                time.sleep(0.1)
-            assert first_true(
-                lambda: "ran a batch: interleaving it" in eb.daemon_log.read_text(), 5
-            ), eb.log_tail()
+            assert first_true(lambda: _phase_of(eb, "training") == "tuned", 20), eb.log_tail()
+            alone = eb.status()["mode"]
+            marker = eb.daemon_log.read_text().count("\n")
+            inf = powerd.request(
+                kind="inference",
+                budget_w=BUDGET,
+                rate_hz=10.0,
+                latency_ms=3000,
+                workload="emulated-inference",
+                batch_sizes=(1, 4, 16),
+                endpoint=eb.endpoint,
+            )
+            try:
+                assert first_true(lambda: eb.status()["planner"] == "interleave", 5)
+                for _ in range(6):  # ~3 s: several of the daemon's windows
+                    time.sleep(0.5)
+                    _assert_training_alone(eb, alone)
+                ij = next(j for j in eb.status()["jobs"] if j["kind"] == "inference")
+                assert ij["phase"] == "profiling" and "no batches reported yet" in ij["message"]
+                assert inf.batch_size == 1  # the smallest size: nothing measured together
+                lines = eb.daemon_log.read_text().splitlines()[marker:]
+                assert not [ln for ln in lines if "interleaved probe" in ln or "interleaving" in ln]
+                # the first batches: the joint solve starts
+                for _ in range(10):
+                    with inf.batch(size=inf.batch_size):
+                        time.sleep(0.01)
+                    time.sleep(0.1)
+                assert first_true(
+                    lambda: "ran a batch: interleaving it" in eb.daemon_log.read_text(), 5
+                ), eb.log_tail()
+                assert not eb.status()["tuner"].get("waiting_for_batches")
+                # the batches stop: after rate_drift_s (2 s) training has its mode back
+                assert first_true(lambda: eb.status()["tuner"].get("waiting_for_batches"), 8), (
+                    eb.log_tail()
+                )
+                assert first_true(lambda: eb.status()["mode"] == alone, 5), eb.log_tail()
+                _assert_training_alone(eb, alone)
+                ij = next(j for j in eb.status()["jobs"] if j["kind"] == "inference")
+                assert re.search(r"no batch for \d+ s", ij["message"]), ij
+            finally:
+                inf.close()
         finally:
-            inf.close()
-    finally:
-        trainer.stop()
+            trainer.stop()
+
+
+def _assert_training_alone(eb, alone) -> None:
+    st = eb.status()
+    assert st["mode"] == alone, eb.log_tail()
+    tr = next(j for j in st["jobs"] if j["kind"] == "training")
+    assert tr["phase"] == "tuned", tr
+    assert st["planner"] == "interleave" and st["tuner"]["waiting_for_batches"]
