@@ -321,9 +321,13 @@ class InterleaveJobsPlanner:
             )
             return d
         if self.alone is not None:
+            d = self.alone.describe() or {}
             return {
-                **(self.alone.describe() or {}),
+                **d,
                 "planner": "interleave",
+                # the interleaving's own state; the training tuner's is `training_state`
+                "state": "waiting for batches",
+                "training_state": d.get("state"),
                 "training_job": self._train_id(),
                 "inference_job": self._inf_id(),
                 "waiting_for_batches": True,

@@ -725,7 +725,13 @@ def test_an_inference_job_that_runs_no_batch_leaves_training_in_its_own_mode(
                 assert first_true(
                     lambda: "ran a batch: interleaving it" in eb.daemon_log.read_text(), 5
                 ), eb.log_tail()
-                assert not eb.status()["tuner"].get("waiting_for_batches")
+                # while batches keep coming (past rate_drift_s) the interleaving holds
+                t_end = time.monotonic() + 3.0
+                while time.monotonic() < t_end:
+                    with inf.batch(size=inf.batch_size):
+                        time.sleep(0.01)
+                    time.sleep(0.1)
+                    assert not eb.status()["tuner"].get("waiting_for_batches"), eb.log_tail()
                 # the batches stop: after rate_drift_s (2 s) training has its mode back
                 assert first_true(lambda: eb.status()["tuner"].get("waiting_for_batches"), 8), (
                     eb.log_tail()
@@ -746,3 +752,4 @@ def _assert_training_alone(eb, alone) -> None:
     tr = next(j for j in st["jobs"] if j["kind"] == "training")
     assert tr["phase"] == "tuned", tr
     assert st["planner"] == "interleave" and st["tuner"]["waiting_for_batches"]
+    assert st["tuner"]["state"] == "waiting for batches", st["tuner"]
