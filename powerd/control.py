@@ -39,7 +39,7 @@ from powerd.optimize.pareto import pareto_front
 from powerd.planner import BoardHooks, JobSpec, JobView, Planner, PlannerRegistry
 from powerd.profiler import WindowSpec
 from powerd.registry import Registry, ReplyTo
-from powerd.store import Store, slug
+from powerd.store import Store
 from powerd.training import TrainingPlanner
 from powerd.tuner import WorkloadState
 from powerd.watchdog import SystemdNotifier
@@ -203,9 +203,10 @@ class ControlLoop:
         elif self._board_dirty:
             self._board_dirty = False
             self._give_board_back()
-        else:
+        if not specs or self.device.current_mode is None:
             # one retry mechanism for a restore that could not finish: the device's, with
-            # its back-off (2 s doubling to 60 s), on idle ticks only
+            # its back-off (2 s doubling to 60 s), while no job holds the board: none is
+            # registered, or those that are were released (no mode pinned for them)
             try:
                 self.device.retry_restore(now)
             except Exception as exc:  # noqa: BLE001 - logged; retried after the back-off
@@ -257,21 +258,24 @@ class ControlLoop:
             type(exc).__name__,
             exc,
         )
-        why = (
-            f"powerd released this job after an error in mode {mode}: "
-            f"{type(exc).__name__}: {exc}; the board is back at its baseline"
-        )
-        self._fault("control_tick", why, job=job, mode=mode)
+        where = "" if mode is None else f" in mode {mode}"
+        cause = f"powerd released this job after an error{where}: {type(exc).__name__}: {exc}"
         if self.planner is not None:
             try:
-                self.planner.release([job] if job else None, why)
+                self.planner.release([job] if job else None, cause)
             except Exception:  # noqa: BLE001 - a planner that cannot even release: start over
                 log.exception("planner could not release job %s: dropping it", job)
                 self.planner, self.planner_name = None, ""
         problem = self._give_board_back()
-        if problem is not None and self.planner is not None:
-            # never tell the job the board is back when it is not
-            why = why.replace("the board is back at its baseline", problem)
+        # what happened after the error, in order: never that the board is back when not
+        why = cause + (
+            "; powerd then restored the board to its baseline"
+            if problem is None
+            else f"; restoring the baseline failed too: {problem} (powerd retries while no "
+            "job holds the board)"
+        )
+        self._fault("control_tick", why, job=job, mode=mode)
+        if self.planner is not None:
             self.planner.release([job] if job else None, why)
 
     def _give_board_back(self) -> str | None:
@@ -529,23 +533,20 @@ class ControlLoop:
 
     def _stored_inference(self) -> dict[str, tuple[float, int, list[int]]]:
         """Stored inference workloads and their measured pairs (re-read only when changed)."""
-        base = self.store.workload_dir(self.device.board.key, "x").parent
-        if not base.is_dir():
-            return {}
         out = {}
-        for d in base.iterdir():
-            path = d / "inference.json"
+        # by the names the files record, not by their directories' names
+        for name, path in self.store.named_files(self.device.board.key, "inference.json").items():
             try:
                 mtime = path.stat().st_mtime
             except OSError:
                 continue
-            known = self._inference_catalogue.get(d.name)
+            known = self._inference_catalogue.get(name)
             if known is not None and known[0] == mtime:
-                out[d.name] = known
+                out[name] = known
                 continue
             rows = (self.store.load_json(path) or {}).get("pairs") or []
             sizes = sorted({int(r.get("batch_size", 0)) for r in rows if isinstance(r, dict)})
-            out[d.name] = (mtime, len(rows), sizes)
+            out[name] = (mtime, len(rows), sizes)
         return out
 
     def _workload_state(self) -> dict[str, dict[str, Any]]:
@@ -706,9 +707,9 @@ class ControlLoop:
         """(modes, time_ms, power_w, workload) from the workload's fitted predictor."""
         w = self.workloads.get(("training", name))
         stored = self.store.workloads(self.device.board.key)
-        # the store lists directory names: a name with other characters (x@bs1) is stored
-        # under its slug, and was not found again once evicted from memory
-        if w is None and slug(name) in stored:
+        # the store lists the names its files record (x@bs1, stored in a directory named
+        # after its slug and a hash)
+        if w is None and name in stored:
             w = self.workload("training", name, True)
         predictor = None if w is None else w.predictor
         if predictor is None:
@@ -812,10 +813,10 @@ class ControlLoop:
         return self.store.workload_dir(self.device.board.key, name) / "inference.json"
 
     def _load_inference(self, name: str) -> dict | None:
-        return self.store.load_json(self._inference_path(name))
+        return self.store.load_workload_json(self.device.board.key, name, "inference.json")
 
     def _save_inference(self, name: str, obj: dict) -> None:
-        self.store.save_json(self._inference_path(name), obj)
+        self.store.save_workload_json(self.device.board.key, name, "inference.json", obj)
 
     def _on_commit(self, mode: PowerMode, m: Measurement, budget_w: float) -> None:
         log.info(

@@ -230,7 +230,9 @@ class Tuner:
             self.hooks.apply_mode(mode)
         except Exception as exc:  # noqa: BLE001 - any failed switch is reported the same way
             self._switch_failures += 1
-            self.message = f"switch to {mode} failed: {exc}"
+            # a device error names the switch itself; anything else gets it said here
+            said = getattr(exc, "mode", None) == mode
+            self.message = str(exc) if said else f"switch to {mode} failed: {exc}"
             log.error("%s", self.message)
             # never retry this mode for this workload in this run
             self.workload.samples[mode] = Measurement(mode, math.nan, math.inf, 0, True)

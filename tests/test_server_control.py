@@ -225,3 +225,40 @@ def test_after_giving_up_on_refused_switches_the_job_reads_idle_not_tuned(nano_t
             time.sleep(0.3)
             assert job.phase == "idle"  # released for good, not re-planned in a loop
         assert knob_snapshot(d.root) == d.baseline
+
+
+def test_a_failed_restore_is_retried_while_the_released_job_stays_connected(nano_trace):
+    """Fails on the old daemon: it retried only once no job was registered at all, so a
+    released job that kept stepping (hours of training) kept the board half pinned."""
+    with InProcess(nano_trace) as d:
+        emc_lock = next(d.root.glob("sys/kernel/debug/bpmp/debug/clk/emc/mrq_rate_locked"))
+        job = powerd.request(budget_w=12, workload="refused-emc", endpoint=d.endpoint)
+        stepper = _Stepper(d.root, nano_trace, job)
+        try:
+            wait_for(lambda: d.hw.current_mode is not None, 20, "a probe pinned")
+            emc_lock.unlink()
+            emc_lock.mkdir()  # writes fail now (EISDIR): switches and the restore alike
+            wait_for(lambda: job.phase == "idle", 20, "the job released")
+            s = d.status()
+            assert s["baseline"]["restore_problem"], s["baseline"]
+            fault = s["faults"][-1]
+            assert fault["kind"] == "control_tick"
+            # said in order, once: the switch that failed, then the restore that failed
+            assert "restoring the baseline failed too" in fault["message"], fault["message"]
+            assert "restored the board to its baseline" not in fault["message"]
+            assert "in mode None" not in fault["message"]
+            assert fault["message"].count("failed: switch to") == 0, fault["message"]
+            assert "restoring the baseline failed too" in job.message
+            # the kernel takes writes again; the job is still registered and stepping
+            emc_lock.rmdir()
+            emc_lock.write_text("1\n")
+            wait_for(
+                lambda: d.status()["baseline"]["restore_problem"] is None,
+                20,
+                "the restore retried with the released job connected",
+            )
+            assert [j["phase"] for j in d.status()["jobs"]] == ["idle"]
+            assert knob_snapshot(d.root) == d.baseline
+        finally:
+            stepper.stop()
+            job.close()
