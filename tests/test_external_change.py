@@ -309,3 +309,32 @@ def test_an_admin_restore_that_fails_says_so_and_a_live_client_stays_released(
     finally:
         stepper.stop()
     job.close()
+
+
+def test_yield_puts_back_the_half_of_a_window_the_other_tool_left(
+    yield_board: EmulatedBoard,
+) -> None:
+    """A tool that raises only the GPU's max_freq (powerd had pinned min = max): the
+    min_freq it never touched goes back to the baseline, not left at powerd's pin (and
+    then saved as the admin's baseline at the next request). Fails on the old code."""
+    board = yield_board
+    job, stepper = _tuned_job(board, "half")
+    try:
+        mode = job.mode
+        assert mode is not None
+        gpu = _gpu_window(board, mode.gpu_hz)
+        rel = "sys/" + str(gpu.relative_to(board.root / "sys"))
+        top = max(int(f) for f in (gpu / "available_frequencies").read_text().split())
+        assert top > mode.gpu_hz
+        (gpu / "max_freq").write_text(f"{top}\n")  # only max: like raising a cap
+        wait_for(lambda: job.phase == "idle", 5, "the job to read idle", board)
+        want = dict(board.baseline)  # type: ignore[attr-defined]
+        want[f"{rel}/max_freq"] = str(top)
+        wait_for(lambda: knob_snapshot(board.root) == want, 5, "the rest of the baseline", board)
+        job.set_budget(32)  # powerd takes the board again, saving a fresh baseline
+        wait_for(lambda: job.mode is not None, 60, "a mode after the next request", board)
+    finally:
+        stepper.stop()
+    job.close()
+    # the fresh baseline: the tool's max, and the admin's min (not powerd's old pin)
+    wait_for(lambda: knob_snapshot(board.root) == want, 10, "the baseline with the tool's max")

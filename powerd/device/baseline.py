@@ -425,7 +425,7 @@ class Baseline:
         else:
             report = RestoreReport(self.path, found=True)
             if skip:
-                data = _without(data, skip, report)
+                data = _without(data, skip, report, self.dev)
             known_good = KnownGood(self.dev)
             try:
                 _Restorer(self.dev, data, report, known_good).run(timeout_s)
@@ -455,11 +455,34 @@ class Baseline:
         return report
 
 
-def _without(data: dict[str, Any], skip: frozenset[str], report: RestoreReport) -> dict[str, Any]:
+def _without(
+    data: dict[str, Any], skip: frozenset[str], report: RestoreReport, dev: sysfs.DeviceRoot
+) -> dict[str, Any]:
+    """The baseline without the files another tool took over. A [min, max] window of which
+    the tool wrote one half keeps its other half: put back (it still holds powerd's pin,
+    which would otherwise stay, and be saved as the next baseline), clamped so that the
+    window stays valid around the tool's value."""
     out = dict(data)
     out["online"] = [i for i in data["online"] if i["path"] not in skip]
     out["flags"] = [i for i in data["flags"] if i["path"] not in skip]
-    out["limits"] = [lim for lim in data["limits"] if not {lim["min_path"], lim["max_path"]} & skip]
+    out["limits"] = []
+    halves: list[tuple[str, int]] = []
+    for lim in data["limits"]:
+        taken = {lim["min_path"], lim["max_path"]} & skip
+        if not taken:
+            out["limits"].append(lim)
+            continue
+        if len(taken) == 2 or lim["min"] is None or lim["max"] is None:
+            continue
+        tool_half, own_half = ("min", "max") if lim["min_path"] in taken else ("max", "min")
+        try:
+            theirs = sysfs.read_int(dev.path(lim[f"{tool_half}_path"]))
+        except (SysfsReadError, ValueError) as exc:
+            report.problems.append(f"{lim['label']}: cannot read {exc}; its window left as is")
+            continue
+        value = max(lim["max"], theirs) if own_half == "max" else min(lim["min"], theirs)
+        halves.append((lim[f"{own_half}_path"], value))
+    out["halves"] = halves
     emc = data.get("emc")
     if emc and {emc["lock_path"], emc["rate_path"]} & skip:
         out["emc"] = None
@@ -555,6 +578,7 @@ class _Restorer:
         for lim in self.data["limits"]:
             if lim["min"] is not None and lim["max"] is not None:
                 out += [(lim["min_path"], str(lim["min"])), (lim["max_path"], str(lim["max"]))]
+        out += [(rel, str(value)) for rel, value in self.data.get("halves", ())]
         for item in self.data["flags"]:
             if item["value"] is not None:
                 out.append((item["path"], item["value"]))
@@ -647,6 +671,9 @@ class _Restorer:
                 writes = [("max", lim["max"]), ("min", lim["min"]), ("max", lim["max"])]
             for which, value in writes:
                 self._write(lim[f"{which}_path"], value)
+        # the halves of windows another tool took the other half of (see _without)
+        for rel, value in data.get("halves", ()):
+            self._write(rel, value)
         for item in data["flags"]:
             if item["value"] is not None:
                 self._write(item["path"], item["value"])
