@@ -357,7 +357,14 @@ class InferenceJobsPlanner:
             if job is None:
                 if spec.id in self.released:
                     continue
-                self.jobs[spec.id] = self._new_job(spec, budget_w)
+                try:
+                    self.jobs[spec.id] = self._new_job(spec, budget_w)
+                except Exception as exc:  # noqa: BLE001 - one job's bad setup stays its own
+                    # (else every tick fails on it again: a log flood, the job never told)
+                    log.exception("job %s: cannot plan for it", spec.id)
+                    self.released[spec.id] = (
+                        f"powerd cannot plan for this inference job: {type(exc).__name__}: {exc}"
+                    )
                 continue
             if spec.rate_hz is not None and spec.rate_hz != job.told_rate:
                 job.told_rate = spec.rate_hz

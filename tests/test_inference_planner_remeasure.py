@@ -145,3 +145,29 @@ def test_a_rate_change_measures_no_pair_when_the_admin_says_so():
             assert served.pair == g2 and not served.feasible and served.within_budget
             assert len(pl.jobs["j1"].samples) == 1 and board.applied[-1] == g2.mode
     assert probed == {8: True, 0: False}
+
+
+def test_a_job_the_planner_cannot_set_up_reads_idle_with_the_reason_and_ticks_go_on():
+    # no batch sizes at all (the job names none, the config's list is empty): the job is
+    # told why and left out; the tick does not fail on it again and again
+    board = Board([10.5])
+    pl = planner(board)
+    pl.settings = dataclasses.replace(pl.settings, batch_sizes=())
+    spec = JobSpec(
+        id="j0",
+        kind="inference",
+        workload="w",
+        persistent=False,
+        budget_w=BUDGET_W,
+        registered=time.monotonic(),
+        latency_ms=100.0,
+        rate_hz=20.0,
+    )
+    pl.sync([spec], BUDGET_W, time.monotonic())
+    pl.tick(time.monotonic())
+    view = pl.phase_of("j0")
+    assert view.phase == "idle" and "cannot plan for this inference job" in view.message
+    assert "batch sizes" in view.message
+    pl.sync([spec], BUDGET_W, time.monotonic())  # the next tick: still idle, no raise
+    pl.tick(time.monotonic())
+    assert pl.phase_of("j0").phase == "idle" and not board.applied
