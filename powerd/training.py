@@ -39,6 +39,11 @@ from powerd.tuner import Tuner, TunerHooks, WorkloadState
 
 log = logging.getLogger("powerd.training")
 
+# A job whose workload is being profiled and that reports no step for this long (a long
+# evaluation, a checkpoint, a data loader warming up) gives its turn to a job that steps:
+# without steps nothing can be measured, and the others would wait for as long.
+STALL_S = 10.0
+
 
 @dataclass
 class _Job:
@@ -60,12 +65,22 @@ class TrainingPlanner:
         # the current plan
         self.done: dict[tuple[str, float | None], float] = {}
         self.released: dict[str, str] = {}  # job id -> why it reads idle
+        # job id -> (steps reported, when that count last grew): who is stalled
+        self._stepped: dict[str, tuple[int, float]] = {}
+        self._now = 0.0
 
     # ---- Planner interface ------------------------------------------------------------
     def sync(self, jobs: Sequence[JobSpec], budget_w: float, now: float) -> None:
+        self._now = now
         ids = {j.id for j in jobs}
         for gone in [i for i in self.jobs if i not in ids]:
             self._remove(gone)
+        for gone in [i for i in self._stepped if i not in ids]:
+            del self._stepped[gone]
+        for spec in jobs:
+            seen = self._stepped.get(spec.id)
+            if seen is None or seen[0] != spec.steps:
+                self._stepped[spec.id] = (spec.steps, now)
         for gone in [i for i in self.released if i not in ids]:
             del self.released[gone]
         for spec in jobs:
@@ -102,6 +117,7 @@ class TrainingPlanner:
             self.tuner.feed_steps(list(ends), [])
 
     def tick(self, now: float) -> None:
+        self._now = now
         self._arbitrate()
         if self.tuner is None:
             return
@@ -131,6 +147,14 @@ class TrainingPlanner:
             if t.budget_w != b:
                 return JobView("profiling", f"re-planning for {b:g} W", None, b)
             return _committed_view(t, b, t.message)
+        if self._stalled(job_id) and self.done.get(_key(job)) != b:
+            quiet = self._now - self._stepped[job_id][1]
+            return JobView(
+                "queued",
+                f"no steps for {quiet:.0f} s: its profiling waits until it steps again",
+                None,
+                b,
+            )
         if t is not None and t.state != "tuned":
             other = self.jobs.get(self.tuner_job or "")
             name = other.workload.name if other else t.workload.name
@@ -222,14 +246,29 @@ class TrainingPlanner:
         """One workload tunes at a time; the others wait their turn (queued)."""
         if self.budget_w is None:
             return
-        if self.tuner is not None and self.tuner.state != "tuned":
-            return
-        self._note_done()
         waiting = [
             (i, j)
             for i, j in self.jobs.items()
             if i not in self.released and self.done.get(_key(j)) != self.budget_w
         ]
+        # jobs that step go before jobs that do not (nothing can be measured without steps)
+        stepping = [(i, j) for i, j in waiting if not self._stalled(i)]
+        if self.tuner is not None and self.tuner.state != "tuned":
+            others = [(i, j) for i, j in stepping if j.workload is not self.tuner.workload]
+            if not (self._stalled(self.tuner_job or "") and others):
+                return
+            log.info(
+                "job %s reports no steps for %.0f s: profiling %s waits; job %s goes first",
+                self.tuner_job,
+                self._now - self._stepped[self.tuner_job or ""][1],
+                self.tuner.workload.name,
+                others[0][0],
+            )
+            self.tuner, self.tuner_job = None, None
+        self._note_done()
+        # a job that does not step does not start its turn either: its probes would measure
+        # nothing, and move the board away from the modes the others were tuned to
+        waiting = stepping if self.tuner is not None else (stepping or waiting)
         if not waiting:
             return
         job_id, job = min(waiting, key=lambda kv: kv[1].spec.registered)
@@ -244,6 +283,10 @@ class TrainingPlanner:
                 job.workload, self.budget_w, self.spec, self._tuner_hooks(), strategy=search
             )
         self.tuner_job = job_id
+
+    def _stalled(self, job_id: str) -> bool:
+        seen = self._stepped.get(job_id)
+        return seen is not None and self._now - seen[1] > STALL_S
 
     def _tuner_hooks(self) -> TunerHooks:
         def on_commit(mode: PowerMode, m: Measurement) -> None:

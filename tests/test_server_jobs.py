@@ -115,6 +115,34 @@ def test_a_job_never_reads_tuned_while_another_workloads_probes_run(board):
         a.close()
 
 
+def test_a_job_that_stops_stepping_while_profiled_gives_its_turn_to_one_that_steps(board):
+    """Fails on the old daemon: a job paused mid-profiling (an evaluation, a checkpoint;
+    its heartbeat keeps it registered) kept every other workload queued for as long."""
+    a = powerd.request(budget_w=14, workload="pauses", endpoint=board.endpoint)
+    sa = Stepper(board, a)
+    try:
+        wait_for(lambda: a.phase == "profiling", 30, "the first job profiling", board)
+    finally:
+        sa.stop()  # paused, still connected
+    b = powerd.request(budget_w=14, workload="steps", endpoint=board.endpoint)
+    sb = Stepper(board, b)
+    try:
+        wait_for(lambda: b.phase == "tuned", 60, "the stepping job tuned", board)
+        jobs = {j["id"]: j for j in board.status()["jobs"]}
+        assert jobs[a.id]["phase"] == "queued", jobs[a.id]
+        assert "no steps for" in jobs[a.id]["message"], jobs[a.id]
+        assert "goes first" in board.daemon_log.read_text()
+        # it steps again: its own profiling resumes once the board is free
+        sa = Stepper(board, a)
+        wait_for(lambda: a.phase == "tuned", 60, "the paused job tuned after all", board)
+        assert board.trace.lookup(read_effective_mode(board.root)).power_w <= 14.5
+    finally:
+        sb.stop()
+        sa.stop()
+        b.close()
+        a.close()
+
+
 def test_an_infeasible_budget_is_not_tuned(board):
     """Fails on the old daemon: a commit that fits no budget read `tuned`."""
     with powerd.request(budget_w=5, workload="tight", endpoint=board.endpoint) as job:
