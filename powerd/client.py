@@ -83,23 +83,116 @@ def admin_endpoint(endpoint: str) -> str:
         return f"ipc://{stem}-admin.{ext}" if dot and "/" not in ext else f"ipc://{path}-admin"
     if endpoint.startswith("tcp://"):
         host, _, port = endpoint[len("tcp://") :].rpartition(":")
-        return f"tcp://{host}:{int(port) + 1}"
+        if port.isascii() and port.isdigit():
+            return f"tcp://{host}:{int(port) + 1}"
     raise ValueError(f"unsupported endpoint {endpoint!r}")
 
 
+# ---- endpoints ----------------------------------------------------------------------------
+
+UNIX_PATH_MAX = 107  # bytes of a UNIX socket path (sun_path holds 108 with the NUL)
+MAX_PORT = 65534  # the admin socket listens on port + 1
+# a daemon bound to every interface is reached on the loopback one
+_WILDCARD_HOSTS = {"*": "127.0.0.1", "0.0.0.0": "127.0.0.1", "[::]": "[::1]"}
+
+
+def endpoint_problem(endpoint: object, bind: bool = False) -> str | None:
+    """What is wrong with an endpoint (None: nothing): ipc:// with an absolute socket path,
+    or tcp://HOST:PORT with PORT 1-65534 (the admin socket is on PORT + 1). bind: the
+    daemon's own endpoint, whose admin and gate sockets (derived paths) must fit too."""
+    if not isinstance(endpoint, str):
+        return f"must be a string, e.g. {DEFAULT_ENDPOINT}"
+    if endpoint.startswith("ipc://"):
+        path = endpoint[len("ipc://") :]
+        if not path:
+            return f"ipc:// needs a socket path, e.g. {DEFAULT_ENDPOINT}"
+        if not path.startswith("/"):
+            return f"the ipc socket path must be absolute (got {path!r})"
+        if path.endswith("/") or "\0" in path:
+            return f"the ipc socket path must name a file, not a directory (got {path!r})"
+        paths = [path]
+        if bind:
+            paths += [admin_endpoint(endpoint)[len("ipc://") :], path + ".gate"]
+        for one in paths:
+            if len(os.fsencode(one)) > UNIX_PATH_MAX:
+                return (
+                    f"the socket path {one} is longer than {UNIX_PATH_MAX} bytes, the limit of "
+                    "a UNIX socket path"
+                )
+        return None
+    if endpoint.startswith("tcp://"):
+        host, colon, port = endpoint[len("tcp://") :].rpartition(":")
+        if not colon or not host:
+            return f"tcp endpoints are tcp://HOST:PORT (got {endpoint!r})"
+        if not (port.isascii() and port.isdigit() and 1 <= int(port) <= MAX_PORT):
+            return (
+                f"the tcp port must be a number from 1 to {MAX_PORT} (got {port!r}); the "
+                "admin socket listens on port + 1"
+            )
+        bracketed = host.startswith("[") and host.endswith("]")
+        if ":" in host and not bracketed:
+            return f"an IPv6 host goes in brackets, e.g. tcp://[::1]:{port} (got {host!r})"
+        if any(c.isspace() or c in "/[]" for c in (host[1:-1] if bracketed else host)):
+            return f"the tcp host is not a host name or address (got {host!r})"
+        return None
+    return f"must start with ipc:// or tcp:// (got {endpoint!r})"
+
+
+def connect_endpoint(endpoint: str) -> str:
+    """The address a client connects to for an endpoint: a wildcard bind address (the
+    daemon's `tcp://*:PORT`) becomes the loopback one. A malformed endpoint raises
+    DaemonUnavailable naming what is wrong (ZeroMQ's "Invalid argument" names nothing)."""
+    problem = endpoint_problem(endpoint)
+    if problem is not None:
+        raise _tagged(
+            DaemonUnavailable(
+                f"invalid powerd endpoint {endpoint!r}: {problem}. Set POWERD_ENDPOINT (or "
+                "endpoint=) to the daemon's [server] endpoint, or pass required=False to run "
+                "without power management."
+            ),
+            endpoint,
+            problem,
+            "invalid",
+        )
+    if endpoint.startswith("tcp://"):
+        host, _, port = endpoint[len("tcp://") :].rpartition(":")
+        if host in _WILDCARD_HOSTS:
+            return f"tcp://{_WILDCARD_HOSTS[host]}:{port}"
+    return endpoint
+
+
+def _tagged(exc: DaemonUnavailable, endpoint: str, why: str, kind: str) -> DaemonUnavailable:
+    # what the message says, for tools (powerctl) that give their own advice: `endpoint`,
+    # `reason`, and `kind`: "unreachable", "no_access" or "invalid"
+    exc.endpoint = endpoint  # type: ignore[attr-defined]
+    exc.reason = why  # type: ignore[attr-defined]
+    exc.kind = kind  # type: ignore[attr-defined]
+    return exc
+
+
 def _unavailable(endpoint: str, why: str) -> DaemonUnavailable:
-    return DaemonUnavailable(
-        f"powerd daemon not reachable at {endpoint} ({why}). Start it with "
-        "`sudo systemctl start powerd` (or `powerd serve`), point POWERD_ENDPOINT at it, "
-        "or pass required=False to run without power management."
+    return _tagged(
+        DaemonUnavailable(
+            f"powerd daemon not reachable at {endpoint} ({why}). Start it with "
+            "`sudo systemctl start powerd` (or `powerd serve`), point POWERD_ENDPOINT at it, "
+            "or pass required=False to run without power management."
+        ),
+        endpoint,
+        why,
+        "unreachable",
     )
 
 
 def _no_access(endpoint: str, why: str) -> DaemonUnavailable:
     # still DaemonUnavailable: required=False then runs the job without power management
-    return DaemonUnavailable(
-        f"cannot talk to the powerd daemon at {endpoint}: {why}. Or pass required=False to "
-        "run without power management."
+    return _tagged(
+        DaemonUnavailable(
+            f"cannot talk to the powerd daemon at {endpoint}: {why}. Or pass required=False "
+            "to run without power management."
+        ),
+        endpoint,
+        why,
+        "no_access",
     )
 
 

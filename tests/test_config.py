@@ -43,7 +43,7 @@ def test_effective_config_round_trips(tmp_path):
         ({"server": {"bogus": 1}}, "server.bogus"),
         ({"nosuchsection": {}}, "nosuchsection"),
         ({"server": {"heartbeat_timeout_ms": "soon"}}, "server.heartbeat_timeout_ms"),
-        ({"server": {"endpoint": "http://x"}}, "server"),
+        ({"server": {"endpoint": "http://x"}}, "server.endpoint"),
         ({"strategy": {"name": "magic"}}, "strategy.name"),
         ({"budget": {"min_w": 40, "max_w": 30}}, "budget"),
         ({"budget": {"max_w": -1}}, "budget.max_w"),
@@ -91,3 +91,136 @@ def test_check_config_command(tmp_path):
     assert res.returncode == 1
     assert "fit.pyhton: unknown key" in res.stderr
     assert "budget:" in res.stderr
+
+
+# ---- strict values (user-testing pass: findings 7, 8, 9, 12, 13, 15) ---------------------
+
+
+@pytest.mark.parametrize(
+    ("data", "key", "message"),
+    [
+        # loose types pydantic used to coerce: true was a 1 W budget, "5000" a number
+        ({"budget": {"default_w": True}}, "budget.default_w", "must be a valid number (got true)"),
+        ({"budget": {"min_w": True}}, "budget.min_w", "must be a valid number (got true)"),
+        (
+            {"server": {"heartbeat_timeout_ms": "5000"}},
+            "server.heartbeat_timeout_ms",
+            'must be a valid integer (got "5000")',
+        ),
+        ({"profiling": {"modes": 3.0}}, "profiling.modes", "must be a valid integer (got 3.0)"),
+        (
+            {"device": {"core_counts": [1.0, 2]}},
+            "device.core_counts.0",
+            "must be a valid integer (got 1.0)",
+        ),
+        (
+            {"budget": {"max_w": float("inf"), "default_w": 1e9}},
+            "budget.max_w",
+            "must be a finite number (got inf)",
+        ),
+        ({"budget": {"max_w": float("nan")}}, "budget.max_w", "must be a finite number (got nan)"),
+        # batch sizes: the daemon's tick failed on every pass with these
+        ({"inference": {"batch_sizes": []}}, "inference.batch_sizes", "must not be empty"),
+        (
+            {"inference": {"batch_sizes": [0, -4]}},
+            "inference.batch_sizes.0",
+            "must be >= 1 (got 0)",
+        ),
+        (
+            {"inference": {"batch_sizes": [4, 16, 4]}},
+            "inference.batch_sizes",
+            "batch sizes must be distinct (4 repeated)",
+        ),
+        (
+            {"inference": {"batch_sizes": [100_000]}},
+            "inference.batch_sizes.0",
+            "must be <= 65536 (got 100000)",
+        ),
+        # the control loop's stale-sensor window is a fixed 2 s
+        (
+            {"power": {"sample_interval_ms": 1500}},
+            "power.sample_interval_ms",
+            "must be <= 250 (got 1500)",
+        ),
+        # relative state: the daemon's working directory, which `powerd restore` never sees
+        ({"state": {"dir": ""}}, "state.dir", "dir must be an absolute path (got '')"),
+        (
+            {"state": {"dir": "relative/state"}},
+            "state.dir",
+            "dir must be an absolute path (got 'relative/state')",
+        ),
+        (
+            {"device": {"root": "board"}},
+            "device.root",
+            "root must be an absolute path (got 'board')",
+        ),
+    ],
+)
+def test_loose_or_unusable_values_are_refused(data, key, message):
+    with pytest.raises(ConfigError) as exc:
+        parse_config(data)
+    assert (key, message) in exc.value.errors, exc.value.errors
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "says"),
+    [
+        ("ipc://", "ipc:// needs a socket path"),
+        ("ipc://powerd.sock", "must be absolute"),
+        ("ipc:///run/powerd/", "must name a file"),
+        ("ipc:///" + "d" * 100 + "/p.sock", "longer than 107 bytes"),
+        ("tcp://nonsense", "tcp endpoints are tcp://HOST:PORT"),
+        ("tcp://127.0.0.1:65535", "from 1 to 65534"),  # the admin socket would be 65536
+        ("tcp://127.0.0.1:0", "from 1 to 65534"),
+        ("tcp://127.0.0.1:*", "from 1 to 65534"),
+        ("tcp://:5599", "tcp endpoints are tcp://HOST:PORT"),
+        ("tcp://::1:5599", "brackets"),
+        ("http://x", "must start with ipc:// or tcp://"),
+    ],
+)
+def test_an_endpoint_the_daemon_cannot_bind_is_refused(endpoint, says):
+    with pytest.raises(ConfigError) as exc:
+        parse_config({"server": {"endpoint": endpoint}})
+    [(key, msg)] = exc.value.errors
+    assert key == "server.endpoint" and says in msg, msg
+
+
+@pytest.mark.parametrize(
+    "endpoint",
+    [
+        "ipc:///run/powerd/powerd.sock",
+        "tcp://*:5599",
+        "tcp://127.0.0.1:65534",
+        "tcp://[::1]:5599",
+        "tcp://jetson-01.lan:5599",
+    ],
+)
+def test_usable_endpoints_pass(endpoint):
+    assert parse_config({"server": {"endpoint": endpoint}}).server.endpoint == endpoint
+
+
+def test_a_missing_config_named_by_powerd_config_is_an_error(tmp_path, monkeypatch):
+    missing = tmp_path / "typo.toml"
+    monkeypatch.setenv("POWERD_CONFIG", str(missing))
+    with pytest.raises(ConfigError) as exc:
+        load_config(None)
+    assert exc.value.path == str(missing)
+    assert exc.value.errors == [("(file)", "No such file or directory (named by POWERD_CONFIG)")]
+    with pytest.raises(ConfigError):
+        load_config(missing)  # --config FILE: the same
+
+
+def test_a_missing_default_config_means_defaults(monkeypatch):
+    monkeypatch.delenv("POWERD_CONFIG", raising=False)
+    monkeypatch.setattr("powerd.config.DEFAULT_CONFIG_PATH", "/nonexistent/powerd.toml")
+    cfg = load_config(None)
+    assert cfg == Config() and cfg.path is None
+    assert cfg.source == "built-in defaults (no /nonexistent/powerd.toml)"
+
+
+def test_a_loaded_config_knows_its_file(tmp_path):
+    f = tmp_path / "c.toml"
+    f.write_text("[budget]\nmin_w = 5\n")
+    cfg = load_config(f)
+    assert cfg.path == cfg.source == str(f)
+    assert cfg == parse_config({"budget": {"min_w": 5}})  # the same settings compare equal
