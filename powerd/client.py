@@ -295,8 +295,16 @@ def describe_invalid(exc: ValidationError) -> str:
     return "; ".join(parts)
 
 
+# arguments that are numbers: pydantic would take True as 1 and "20" or b"20" as 20
+_NUMERIC_ARGS = ("budget_w", "latency_ms", "rate_hz", "step_time_ms", "expected_steps")
+
+
 def _build(cls: type[M], **fields: Any) -> M:
     """The message to send, or InvalidArgument (a ValueError) instead of pydantic's dump."""
+    for name in _NUMERIC_ARGS:
+        v = fields.get(name)
+        if isinstance(v, (bool, str, bytes, bytearray)):
+            raise InvalidArgument(f"{name} must be a number (got {_shown(v)})")
     try:
         return cls(**fields)
     except ValidationError as exc:
@@ -341,9 +349,39 @@ def _batch_sizes(sizes: object) -> list[int] | None:
     return list(dict.fromkeys(out))  # duplicates add nothing
 
 
+STALE_SOCKET = "a stale socket"  # in the reason when nothing listens on the ipc path
+
+
+def _probe(endpoint: str) -> None:
+    """Fail at once when nothing listens at the endpoint (a dead daemon's ipc socket file
+    refuses connections, as does a tcp port nobody bound): ZeroMQ would wait out the whole
+    timeout. Anything else (a live daemon, a timeout) is left to the request itself."""
+    try:
+        if endpoint.startswith("ipc://"):
+            path = endpoint[len("ipc://") :]
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+                s.settimeout(1.0)
+                s.connect(path)
+        else:
+            host, _, port = endpoint[len("tcp://") :].rpartition(":")
+            with socket.create_connection((host.strip("[]"), int(port)), timeout=1.0):
+                pass
+    except ConnectionRefusedError:
+        if endpoint.startswith("ipc://"):
+            path = endpoint[len("ipc://") :]
+            why = f"nothing listens on {path}: {STALE_SOCKET} of a daemon that is not running"
+        else:
+            why = "connection refused: nothing listens on that port"
+        raise _unavailable(endpoint, why) from None
+    except OSError:
+        pass  # not ours to judge here: the request says what happens
+
+
 def call_once(endpoint: str, msg: BaseModel, timeout_s: float = CALL_TIMEOUT_S) -> p.Reply:
     """One request, one reply, on a fresh socket (powerctl). Raises on error replies."""
+    endpoint = connect_endpoint(endpoint)
     _check_ipc_path(endpoint)
+    _probe(endpoint)
     ctx = zmq.Context.instance()
     sock = ctx.socket(zmq.DEALER)
     sock.setsockopt(zmq.LINGER, 0)
@@ -1162,7 +1200,6 @@ def request(
     the length, so a job earns those measurements as it keeps training.
 
     An argument outside the protocol's rules raises InvalidArgument (a ValueError) naming it."""
-    ep = resolve_endpoint(endpoint)
     msg = _build(
         p.Register,
         kind=kind,
@@ -1176,6 +1213,7 @@ def request(
         expected_steps=expected_steps,
     )
     try:
+        ep = connect_endpoint(resolve_endpoint(endpoint))
         _check_ipc_path(ep)
         conn = Connection(ep)
         try:

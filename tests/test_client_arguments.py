@@ -92,18 +92,12 @@ def test_batch_sizes_keep_whole_floats_and_drop_duplicates(fake: FakeDaemon) -> 
         ("set_rate", 0, "rate_hz must be > 0 (got 0)"),
         ("set_rate", -1, "rate_hz must be > 0 (got -1)"),
         ("set_rate", math.nan, "rate_hz must be a finite number (got nan)"),
-        (
-            "set_rate",
-            "abc",
-            "rate_hz must be a valid number, unable to parse string as a number (got 'abc')",
-        ),
+        ("set_rate", "abc", "rate_hz must be a number (got 'abc')"),
         ("set_rate", None, "rate_hz must be a valid number (got None)"),
         ("set_budget", math.nan, "budget_w must be a finite number (got nan)"),
-        (
-            "set_budget",
-            "abc",
-            "budget_w must be a valid number, unable to parse string as a number (got 'abc')",
-        ),
+        ("set_budget", "abc", "budget_w must be a number (got 'abc')"),
+        ("set_budget", "20", "budget_w must be a number (got '20')"),
+        ("set_budget", True, "budget_w must be a number (got True)"),
     ],
 )
 def test_set_rate_and_set_budget_with_an_invalid_value_name_the_rule(
@@ -156,3 +150,70 @@ def test_a_job_without_a_daemon_checks_arguments_the_same_way() -> None:
         job.batch(size=0)
     job.set_budget(12)
     assert job.budget_w == 12
+
+
+@pytest.mark.parametrize(
+    ("kw", "expected"),
+    [
+        # True was sent as a 1 W budget (then "budget 1 W is outside the admin's limits");
+        # strings and bytes were parsed as numbers
+        ({"budget_w": True}, "budget_w must be a number (got True)"),
+        ({"budget_w": "20"}, "budget_w must be a number (got '20')"),
+        ({"budget_w": b"20"}, "budget_w must be a number (got b'20')"),
+        ({"expected_steps": True}, "expected_steps must be a number (got True)"),
+        ({"expected_steps": "100"}, "expected_steps must be a number (got '100')"),
+        ({"step_time_ms": "5"}, "step_time_ms must be a number (got '5')"),
+        ({"latency_ms": False}, "latency_ms must be a number (got False)"),
+        ({"rate_hz": "30"}, "rate_hz must be a number (got '30')"),
+    ],
+)
+def test_bools_and_strings_are_not_numbers(fake: FakeDaemon, kw: dict, expected: str) -> None:
+    with pytest.raises(powerd.InvalidArgument) as exc:
+        _inference(fake, **kw)
+    _one_line(exc, expected)
+    assert fake.registers == []
+
+
+def test_numbers_of_other_types_still_work(fake: FakeDaemon) -> None:
+    np = pytest.importorskip("numpy")
+    with _inference(fake, budget_w=np.float64(20), latency_ms=50, rate_hz=np.float32(30)):
+        reg = fake.registers[0]
+        assert (reg.budget_w, reg.latency_ms, reg.rate_hz) == (20.0, 50.0, 30.0)
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "says"),
+    [
+        ("garbage", "must start with ipc:// or tcp://"),
+        ("tcp://nonsense", "tcp endpoints are tcp://HOST:PORT"),
+        ("ipc://", "ipc:// needs a socket path"),
+    ],
+)
+def test_a_malformed_endpoint_is_daemon_unavailable_at_once(
+    endpoint: str, says: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """It used to raise ZeroMQ's "Invalid argument" on the connection thread (a traceback
+    on stderr) and DaemonUnavailable only after the 1.5 s connect timeout."""
+    monkeypatch.setenv("POWERD_ENDPOINT", endpoint)
+    t0 = time.monotonic()
+    with pytest.raises(powerd.DaemonUnavailable) as exc:
+        powerd.request(budget_w=20)
+    assert time.monotonic() - t0 < 0.5
+    assert f"invalid powerd endpoint {endpoint!r}" in str(exc.value) and says in str(exc.value)
+    with pytest.warns(RuntimeWarning, match="invalid powerd endpoint"):
+        job = powerd.request(budget_w=20, required=False)
+    assert isinstance(job, powerd.NoopJob)
+
+
+def test_a_wildcard_bind_address_is_reached_on_loopback() -> None:
+    """A daemon configured with tcp://*:PORT binds every interface; a client given that
+    endpoint (powerctl reading the daemon's config) connects to loopback, not to "*"."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with FakeDaemon(f"tcp://*:{port}") as f:
+        with powerd.request(budget_w=20, endpoint=f"tcp://*:{port}") as job:
+            assert job.phase == "tuned"
+        assert len(f.registers) == 1
