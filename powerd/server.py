@@ -22,6 +22,7 @@ import logging
 import os
 import secrets
 import signal
+import stat
 import threading
 import time
 import uuid
@@ -33,7 +34,7 @@ import zmq
 
 from powerd import protocol as p
 from powerd.client import admin_endpoint, gate_flag_path, gate_path
-from powerd.config import Config
+from powerd.config import DEFAULT_ENDPOINT, Config
 from powerd.control import ControlLoop
 from powerd.device.coexist import jtop_state
 from powerd.fitting import Fitting
@@ -103,7 +104,7 @@ class Daemon:
                 id=msg_id,
                 code="budget_rejected",
                 message=f"budget {budget_w:g} W is outside the admin's limits "
-                f"[{lim.min_w:g}, {lim.max_w:g}] W (/etc/powerd.toml [budget])",
+                f"[{lim.min_w:g}, {lim.max_w:g}] W ({self.cfg.source} [budget])",
                 details={"min_w": lim.min_w, "max_w": lim.max_w},
             )
         return None
@@ -508,20 +509,65 @@ def _ipc_path(endpoint: str) -> Path | None:
     return Path(endpoint[len("ipc://") :]) if endpoint.startswith("ipc://") else None
 
 
+# The default socket directory: systemd makes it (RuntimeDirectory=powerd); a `powerd serve`
+# started by hand makes it too. Any other endpoint's directory must exist already: a typo in
+# [server] endpoint must not create directories as root.
+DEFAULT_RUN_DIR = Path(DEFAULT_ENDPOINT[len("ipc://") :]).parent
+
+
 def _prepare_ipc(endpoint: str) -> None:
+    """Make an ipc endpoint's path free to bind: remove a stale socket a crashed daemon left
+    (nothing answers on it). Anything else at the path is refused, never removed: the
+    endpoint may name a user's file by mistake."""
     path = _ipc_path(endpoint)
     if path is None:
         return
-    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.parent == DEFAULT_RUN_DIR:
+        path.parent.mkdir(mode=0o755, exist_ok=True)
+    elif not path.parent.is_dir():
+        raise RuntimeError(
+            f"cannot listen on {endpoint}: the directory {path.parent} does not exist (powerd "
+            "creates only its default run directory "
+            f"{DEFAULT_RUN_DIR}); create it or fix [server] endpoint"
+        )
+    for one, what in ((path, "socket"), (Path(f"{path}.gate"), "gate socket")):
+        try:
+            st = one.lstat()
+        except FileNotFoundError:
+            continue
+        if not stat.S_ISSOCK(st.st_mode):
+            kind = "a directory" if stat.S_ISDIR(st.st_mode) else "a file that is not a socket"
+            raise RuntimeError(
+                f"cannot listen on {endpoint}: {one} is {kind}; powerd removes only a stale "
+                f"{what} of its own there. Fix [server] endpoint or move the file away"
+            )
     if path.exists():
-        from powerd.client import call_once
+        from powerd.client import STALE_SOCKET, call_once
+        from powerd.errors import DaemonUnavailable
 
         try:
             call_once(endpoint, p.Status(), timeout_s=0.3)
-        except Exception:  # noqa: BLE001 - nobody answered: a stale socket from a crash
+        except DaemonUnavailable as exc:
+            why = getattr(exc, "reason", str(exc))
+            if STALE_SOCKET in why or not path.exists():
+                path.unlink(missing_ok=True)  # refuses connections: a crashed daemon's
+                return
+            raise RuntimeError(
+                f"cannot listen on {endpoint}: another program listens on {path} and does not "
+                f"answer as powerd ({why}); stop it or fix [server] endpoint"
+            ) from None
+        except Exception:  # noqa: BLE001 - an error reply is an answer: a powerd is there
+            pass
+        raise RuntimeError(f"another powerd is already serving {endpoint}")
+
+
+def _remove_socket(path: Path) -> None:
+    """Remove a socket this daemon bound, and only a socket."""
+    try:
+        if stat.S_ISSOCK(path.lstat().st_mode):
             path.unlink()
-        else:
-            raise RuntimeError(f"another powerd is already serving {endpoint}")
+    except FileNotFoundError:
+        pass
 
 
 def _set_socket_access(endpoint: str, group: str) -> None:
@@ -575,6 +621,7 @@ class Server:
         control = self.daemon.control
         gate: GateListener | None = None
         flag: GateFlag | None = None
+        bound: list[str] = []  # endpoints this daemon bound: the only ones it removes
         try:
             for ep, group, admin in endpoints:
                 _prepare_ipc(ep)
@@ -583,7 +630,12 @@ class Server:
                 s.setsockopt(zmq.ROUTER_MANDATORY, 0)
                 # a peer sending a frame far over the protocol's limit is cut off unread
                 s.setsockopt(zmq.MAXMSGSIZE, 16 * p.MAX_FRAME_BYTES)
-                s.bind(ep)
+                try:
+                    s.bind(ep)
+                except zmq.ZMQError as exc:
+                    s.close()
+                    raise RuntimeError(f"cannot listen on {ep}: {exc}") from None
+                bound.append(ep)
                 _set_socket_access(ep, group)
                 poller.register(s, zmq.POLLIN)
                 socks.append((s, admin))
@@ -623,10 +675,10 @@ class Server:
                 s.close()
             os.close(wake_r)
             os.close(wake_w)
-            for ep, _, _ in endpoints:
+            for ep in bound:
                 path = _ipc_path(ep)
-                if path is not None and path.exists():
-                    path.unlink(missing_ok=True)
+                if path is not None:
+                    _remove_socket(path)
             self.daemon.shutdown()
 
     def _loop(
@@ -681,5 +733,14 @@ class Server:
             log.info("signal %d: restoring the baseline and stopping", signum)
             self.stop_event.set()
 
+        def hangup(signum: int, frame: object) -> None:
+            # the conventional "reload" signal: powerd has no reload (and must not die of
+            # SIGHUP's default action with the board pinned), so it says what to do instead
+            log.warning(
+                "SIGHUP: configuration is read at start; restart powerd to apply changes "
+                "(systemctl restart powerd)"
+            )
+
         signal.signal(signal.SIGTERM, stop)
         signal.signal(signal.SIGINT, stop)
+        signal.signal(signal.SIGHUP, hangup)
