@@ -31,12 +31,34 @@ def _setup_logging(verbose: bool = False) -> None:
     )
 
 
-def _load(path: str | None):  # noqa: ANN202
+def _load(path: str | None, prog: str = "powerd"):  # noqa: ANN202
     try:
         return load_config(path)
     except ConfigError as exc:
-        print(f"powerd: {exc}", file=sys.stderr)
+        print(f"{prog}: {exc}", file=sys.stderr)
         raise SystemExit(1) from None
+
+
+def _version() -> str:
+    """The installed package's version (the source tree's when run from a checkout)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("powerd")
+    except PackageNotFoundError:  # the .deb ships the package without dist metadata
+        from powerd import __version__
+
+        return __version__
+
+
+def _positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds (got {text!r})") from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be > 0 seconds (got {text})")
+    return value
 
 
 # ---- powerd ------------------------------------------------------------------------------
@@ -44,6 +66,7 @@ def _load(path: str | None):  # noqa: ANN202
 
 def daemon_main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="powerd", description="Jetson power-mode autotuning daemon")
+    ap.add_argument("--version", action="version", version=f"powerd {_version()}")
     sub = ap.add_subparsers(dest="cmd", required=True)
     s = sub.add_parser("serve", help="run the daemon (systemd Type=notify)")
     s.add_argument("--config", help="config file (default: $POWERD_CONFIG or /etc/powerd.toml)")
@@ -51,10 +74,14 @@ def daemon_main(argv: list[str] | None = None) -> int:
     c = sub.add_parser("check-config", help="validate a config file and print the effective one")
     c.add_argument("file")
     r = sub.add_parser("restore", help="put the baseline hardware state back (no daemon needed)")
-    r.add_argument("--config")
+    r.add_argument(
+        "--config",
+        help="the daemon's config file: its [state] dir holds the saved baseline "
+        "(default: $POWERD_CONFIG or /etc/powerd.toml)",
+    )
     r.add_argument(
         "--wait",
-        type=float,
+        type=_positive_seconds,
         default=None,
         metavar="S",
         help="how long to wait for a running daemon to answer (default 30 s)",
@@ -129,6 +156,13 @@ def _listening(endpoint: str) -> bool:
     refuses, a live daemon accepts even when it is too busy to answer."""
     import socket
 
+    from powerd.client import connect_endpoint
+    from powerd.errors import DaemonUnavailable
+
+    try:
+        endpoint = connect_endpoint(endpoint)  # a daemon bound to tcp://* listens on loopback
+    except DaemonUnavailable:
+        return False  # nothing can listen at a malformed endpoint
     try:
         if endpoint.startswith("ipc://"):
             with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
@@ -144,40 +178,74 @@ def _listening(endpoint: str) -> bool:
         return False
 
 
-def _restore_offline(config_path: str | None, wait_s: float | None = None) -> int:
+def _restore_offline(
+    config_path: str | None,
+    wait_s: float | None = None,
+    endpoint: str | None = None,
+    endpoint_source: str | None = None,
+    prog: str = "powerd",
+) -> int:
     """`powerd restore`: the one writer of the board is whoever holds the board lock. A
-    running daemon is asked (and waited for); only without one does this process write."""
+    running daemon is asked (and waited for); only without one does this process write.
+
+    `endpoint` (default: $POWERD_ENDPOINT, else the config's) is where a daemon is asked;
+    `endpoint_source` says where it came from. The saved baseline is looked for in the
+    config's [state] dir: an endpoint that did not come from that config may belong to a
+    daemon that kept its state elsewhere, so finding nothing there is then a failure."""
     from powerd.client import admin_endpoint
     from powerd.device.baseline import restore_baseline
     from powerd.device.lock import BoardLock
 
-    cfg = _load(config_path)
-    endpoint = admin_endpoint(_endpoint_for(cfg))
+    cfg = _load(config_path, prog)
+    if endpoint is None:
+        endpoint, endpoint_source = _endpoint_for(cfg), None
+        if os.environ.get("POWERD_ENDPOINT"):
+            endpoint_source = "POWERD_ENDPOINT"
+    try:
+        admin = admin_endpoint(endpoint)
+    except ValueError:
+        admin = endpoint  # malformed: nothing listens there (_listening says so)
     lock = BoardLock(cfg.state.dir)
     try:
         free = lock.acquire()
     except OSError as exc:
-        print(f"powerd: cannot take the board lock {lock.path}: {exc}", file=sys.stderr)
+        print(f"{prog}: cannot take the board lock {lock.path}: {exc}", file=sys.stderr)
         return 1
-    if free and not _listening(endpoint):
+    if free and not _listening(admin):
         try:
             report = restore_baseline(cfg.device.root, cfg.state.dir)
         finally:
             lock.release()
-        print(f"powerd: {report}")
-        return 0 if report.ok else 1
+        if report.found:
+            print(f"{prog}: {report}")
+            return 0 if report.ok else 1
+        print(
+            f"{prog}: no saved baseline in {cfg.state.dir} ([state] dir of {cfg.source}): "
+            "nothing to restore"
+        )
+        if endpoint_source is not None and endpoint != cfg.server.endpoint:
+            # e.g. POWERD_ENDPOINT names a demo daemon: its baseline is in its own state dir
+            print(
+                f"{prog}: the endpoint {endpoint} came from {endpoint_source}, not from "
+                f"{cfg.source}, so the daemon that used it may keep its baseline elsewhere: "
+                "run `powerctl --config FILE restore` (or `sudo powerd restore --config "
+                "FILE`) with that daemon's config file",
+                file=sys.stderr,
+            )
+            return 1
+        return 0
     if free:
         lock.release()  # a daemon listens without the lock (another version?): ask it
         holder = "a powerd daemon"
     else:
         holder = f"powerd (pid {lock.holder() or '?'})"
-    return _restore_through_daemon(endpoint, holder, lock, wait_s or RESTORE_WAIT_S)
+    return _restore_through_daemon(admin, holder, lock, wait_s or RESTORE_WAIT_S)
 
 
 def _restore_through_daemon(endpoint: str, holder: str, lock: Any, wait_s: float) -> int:
     import time
 
-    from powerd.client import call_once
+    from powerd.client import STALE_SOCKET, call_once
     from powerd.errors import DaemonUnavailable, PowerdError
 
     deadline = time.monotonic() + wait_s
@@ -190,7 +258,8 @@ def _restore_through_daemon(endpoint: str, holder: str, lock: Any, wait_s: float
             return 0
         except DaemonUnavailable as exc:
             # Starting up (restoring a crash's baseline, socket not bound yet) or stuck.
-            if time.monotonic() < deadline and "no socket" in str(exc):
+            starting = "no socket" in str(exc) or STALE_SOCKET in str(exc)
+            if time.monotonic() < deadline and starting:
                 time.sleep(0.2)
                 continue
             why = str(exc)
@@ -226,13 +295,55 @@ def _endpoint_for(cfg: Any) -> str:
     return os.environ.get("POWERD_ENDPOINT") or cfg.server.endpoint
 
 
-def _ctl_endpoint(args: argparse.Namespace) -> str:
+def _ctl_endpoint(args: argparse.Namespace) -> tuple[str, str | None]:
+    """The endpoint powerctl talks to, and where it came from: "--endpoint",
+    "POWERD_ENDPOINT", or None for the config's [server] endpoint (or the default)."""
+    if args.endpoint:
+        return args.endpoint, "--endpoint"
     if os.environ.get("POWERD_ENDPOINT"):
-        return os.environ["POWERD_ENDPOINT"]
-    path = args.config or config_path_from_env()
-    if args.config or os.path.exists(path):
-        return _load(path).server.endpoint
-    return DEFAULT_ENDPOINT
+        return os.environ["POWERD_ENDPOINT"], "POWERD_ENDPOINT"
+    if args.config or os.environ.get("POWERD_CONFIG") or os.path.exists(config_path_from_env()):
+        return _load(args.config, "powerctl").server.endpoint, None
+    return DEFAULT_ENDPOINT, None
+
+
+# status and admin commands are answered at once by a live daemon (no hardware, no fit):
+# a short wait. predict and pareto go through the control path (a fit may be running).
+CTL_TIMEOUT_S = 3.0
+PREDICT_TIMEOUT_S = 30.0
+PLOT_SUFFIXES = (".png", ".svg", ".pdf")
+
+
+def _plot_problem(path: str) -> str | None:
+    """Why `--plot PATH` cannot be written (None: it can be tried)."""
+    if path.endswith(os.sep) or os.path.isdir(path):
+        return f"{path} is a directory: name the file, e.g. {os.path.join(path, 'front.png')}"
+    if os.path.splitext(path)[1].lower() not in PLOT_SUFFIXES:
+        return f"the file name must end in .png, .svg or .pdf (got {path})"
+    parent = os.path.dirname(path) or "."
+    if not os.path.isdir(parent):
+        return f"the directory {parent} does not exist"
+    return None
+
+
+def _unreachable_message(exc: Exception, source: str | None) -> str:
+    """A DaemonUnavailable as advice for a command-line user (the library's message tells a
+    training script to pass required=False)."""
+    endpoint = getattr(exc, "endpoint", None)
+    reason = getattr(exc, "reason", None)
+    if endpoint is None or reason is None:
+        return str(exc)
+    where = f" (from {source})" if source else ""
+    kind = getattr(exc, "kind", "unreachable")
+    if kind == "invalid":
+        return f"invalid endpoint {endpoint!r}{where}: {reason}; e.g. --endpoint {DEFAULT_ENDPOINT}"
+    if kind == "no_access":
+        return f"cannot talk to powerd at {endpoint}{where}: {reason}"
+    return (
+        f"powerd is not reachable at {endpoint}{where}: {reason}. Is powerd running? "
+        "See `systemctl status powerd` (start it with `sudo systemctl start powerd`). "
+        "Another daemon: pass --endpoint ENDPOINT or --config FILE, or set POWERD_ENDPOINT."
+    )
 
 
 def ctl_main(argv: list[str] | None = None) -> int:
@@ -279,55 +390,131 @@ def _protocol_arg(
 
 
 def _ctl(argv: list[str] | None = None) -> int:
-    from powerd.client import admin_endpoint, call_once
+    from powerd.client import admin_endpoint, call_once, connect_endpoint
     from powerd.errors import DaemonUnavailable, PowerdError
 
-    ap = argparse.ArgumentParser(prog="powerctl", description="talk to the powerd daemon")
-    ap.add_argument("--config", help="read the endpoint from this config file")
-    sub = ap.add_subparsers(dest="cmd", required=True)
-    st = sub.add_parser("status", help="board, mode, power, budget and jobs")
-    st.add_argument("--json", action="store_true")
+    ap = argparse.ArgumentParser(
+        prog="powerctl",
+        description="Talk to the powerd daemon: board and job status, a workload's "
+        "predicted modes, and the admin commands (default budget, restore).",
+        epilog="The daemon's endpoint: --endpoint, else $POWERD_ENDPOINT, else [server] "
+        "endpoint of --config FILE ($POWERD_CONFIG, /etc/powerd.toml), else "
+        f"{DEFAULT_ENDPOINT}.",
+    )
+    ap.add_argument("--version", action="version", version=f"powerctl (powerd) {_version()}")
+    ap.add_argument(
+        "--config",
+        metavar="FILE",
+        help="the daemon's config file: its [server] endpoint, and for `restore` without a "
+        "daemon its [state] dir (default: $POWERD_CONFIG or /etc/powerd.toml)",
+    )
+    ap.add_argument(
+        "--endpoint",
+        metavar="ENDPOINT",
+        help="the daemon's endpoint, e.g. ipc:///run/powerd/powerd.sock or tcp://HOST:PORT "
+        "(default: $POWERD_ENDPOINT, else the config's)",
+    )
+    sub = ap.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
+    st = sub.add_parser("status", help="board, power mode, power draw (W), budget and jobs")
+    st.add_argument("--json", action="store_true", help="the daemon's full status as JSON")
+    helps = {
+        "predict": "a workload's predicted step time (ms) and power (W) in every mode, "
+        "from its fitted predictor",
+        "pareto": "a workload's Pareto front from its fitted predictor: the fastest mode at "
+        "each power (training: step time ms vs W; inference: latency ms vs W per batch size "
+        "at an arrival rate)",
+    }
+    parsers: dict[str, argparse.ArgumentParser] = {}
     for name in ("predict", "pareto"):
-        sp = sub.add_parser(name, help=f"{name} from a workload's fitted predictor")
-        sp.add_argument("--workload", required=True)
-        sp.add_argument("--json", action="store_true")
+        sp = sub.add_parser(name, help=helps[name], description=helps[name])
+        parsers[name] = sp
+        sp.add_argument(
+            "--workload",
+            required=True,
+            metavar="NAME",
+            help="the name a job registered with (powerd.request(workload=...)); "
+            "`powerctl status` lists the known ones",
+        )
+        sp.add_argument("--json", action="store_true", help="the rows as JSON, not a table")
         if name == "pareto":
-            sp.add_argument("--kind", choices=("training", "inference"), default="training")
+            sp.add_argument(
+                "--kind",
+                choices=("training", "inference"),
+                default="training",
+                help="which of the workload's fronts (default: training)",
+            )
             sp.add_argument(
                 "--rate",
                 type=_protocol_arg(p.Pareto, "rate_hz"),
                 metavar="R",
-                help="inference: arrival rate (requests/s)",
+                help="inference (required there): arrival rate in requests/s",
             )
             sp.add_argument(
                 "--batch-sizes",
                 type=_protocol_arg(p.Pareto, "batch_sizes", _ints, "comma-separated integers"),
                 metavar="B,B,...",
-                help="inference: batch sizes to show",
+                help="inference: batch sizes to show (default: all)",
             )
             sp.add_argument(
                 "--latency",
                 type=_protocol_arg(p.Register, "latency_ms"),
                 metavar="MS",
-                help="inference --plot: a latency target line to draw",
+                help="inference --plot: a latency target line to draw (ms)",
             )
-            sp.add_argument("--plot", metavar="FILE.png")
+            sp.add_argument(
+                "--plot",
+                metavar="FILE",
+                help="draw the front into FILE (.png, .svg or .pdf; needs matplotlib) "
+                "instead of printing the table",
+            )
             sp.add_argument(
                 "--budget",
                 type=_protocol_arg(p.SetBudget, "budget_w"),
                 metavar="W",
-                help="budget line to draw when no job of this workload holds the board "
-                "(default: the daemon's current budget)",
+                help="--plot: a budget line to draw, in watts, when no job of this workload "
+                "holds the board (default: the daemon's current budget)",
             )
-    b = sub.add_parser("budget", help="set the default budget (admins)")
-    b.add_argument("watts", type=_protocol_arg(p.SetDefaultBudget, "budget_w"))
-    sub.add_parser("restore", help="release every job and restore the baseline (admins)")
+    b = sub.add_parser(
+        "budget",
+        help="set the default power budget, in watts, of jobs that ask for none (admins; "
+        "kept across restarts)",
+    )
+    b.add_argument(
+        "watts",
+        type=_protocol_arg(p.SetDefaultBudget, "budget_w"),
+        help="the new default budget in watts, within the config's [budget] min_w..max_w",
+    )
+    sub.add_parser(
+        "restore",
+        help="release every job and put the board's baseline clocks back (admins); "
+        "with no daemon answering, from the saved baseline in the config's [state] dir",
+    )
     args = ap.parse_args(argv)
+    if args.cmd == "pareto":
+        sp = parsers["pareto"]
+        if args.kind == "inference" and args.rate is None:
+            sp.error("--kind inference needs --rate R (the arrival rate in requests/s)")
+        unused = [
+            opt
+            for opt, v in (
+                ("--rate", args.rate),
+                ("--batch-sizes", args.batch_sizes),
+                ("--latency", args.latency),
+            )
+            if v is not None
+        ]
+        if args.kind == "training" and unused:
+            sp.error(f"{', '.join(unused)}: only for --kind inference")
+        if args.plot is not None:
+            problem = _plot_problem(args.plot)
+            if problem:
+                sp.error(f"argument --plot: {problem}")
 
-    endpoint = _ctl_endpoint(args)
+    endpoint, source = _ctl_endpoint(args)
     try:
+        connect_endpoint(endpoint)  # a malformed endpoint: said before anything is tried
         if args.cmd == "status":
-            reply = call_once(endpoint, p.Status())
+            reply = call_once(endpoint, p.Status(), timeout_s=CTL_TIMEOUT_S)
             assert isinstance(reply, p.StatusReply)
             if args.json:
                 print(json.dumps(reply.status, indent=2))
@@ -344,7 +531,7 @@ def _ctl(argv: list[str] | None = None) -> int:
                     batch_sizes=args.batch_sizes,
                 )
             )
-            reply = call_once(endpoint, msg, timeout_s=30)
+            reply = call_once(endpoint, msg, timeout_s=PREDICT_TIMEOUT_S)
             assert isinstance(reply, p.Predictions)
             if args.cmd == "pareto" and args.kind == "inference":
                 if not reply.extra.get("profiled"):
@@ -357,8 +544,8 @@ def _ctl(argv: list[str] | None = None) -> int:
                 if args.plot:
                     from powerd.plot import plot_inference_front
 
-                    plot_inference_front(reply, args.plot, args.budget, args.latency)
-                    print(f"wrote {args.plot}", file=sys.stderr)
+                    if not _plot(plot_inference_front, reply, args.plot, args.budget, args.latency):
+                        return 1
                 if args.json:
                     print(json.dumps(reply.rows))
                 elif not args.plot:
@@ -369,31 +556,53 @@ def _ctl(argv: list[str] | None = None) -> int:
 
                 budget = args.budget
                 if budget is None and "budget_w" not in reply.extra:
-                    status = call_once(endpoint, p.Status())
+                    status = call_once(endpoint, p.Status(), timeout_s=CTL_TIMEOUT_S)
                     assert isinstance(status, p.StatusReply)
                     budget = status.status.get("budget_w")
-                plot_pareto(reply, args.plot, budget)
-                print(f"wrote {args.plot}", file=sys.stderr)
+                if not _plot(plot_pareto, reply, args.plot, budget):
+                    return 1
             if args.json:
                 print(json.dumps(reply.rows))
             elif not (args.cmd == "pareto" and args.plot):
                 print(format_rows(reply.rows))
         elif args.cmd == "budget":
-            reply = call_once(admin_endpoint(endpoint), p.SetDefaultBudget(budget_w=args.watts))
+            reply = call_once(
+                admin_endpoint(endpoint),
+                p.SetDefaultBudget(budget_w=args.watts),
+                timeout_s=CTL_TIMEOUT_S,
+            )
             print(getattr(reply, "message", "ok"))
         elif args.cmd == "restore":
             try:
                 reply = call_once(admin_endpoint(endpoint), p.Restore(), timeout_s=5)
                 print(getattr(reply, "message", "restored"))
-            except DaemonUnavailable:
+            except DaemonUnavailable as exc:
                 # No answer: `powerd restore` writes only if no daemon holds the board,
                 # else asks it again and waits longer.
-                print("powerctl: no daemon answered within 5 s", file=sys.stderr)
-                return _restore_offline(args.config)
+                why = getattr(exc, "reason", "no answer within 5 s")
+                print(
+                    f"powerctl: no daemon answered at {admin_endpoint(endpoint)} ({why})",
+                    file=sys.stderr,
+                )
+                return _restore_offline(args.config, None, endpoint, source, prog="powerctl")
+    except DaemonUnavailable as exc:
+        print(f"powerctl: {_unreachable_message(exc, source)}", file=sys.stderr)
+        return 1
     except PowerdError as exc:
         print(f"powerctl: {exc}", file=sys.stderr)
         return 1
     return 0
+
+
+def _plot(draw: Callable[..., None], reply: Any, path: str, *args: Any) -> bool:
+    """Draw into `path` and say so; False (said why) when the file cannot be written."""
+    try:
+        draw(reply, path, *args)
+    except OSError as exc:
+        print(f"powerctl: cannot write {path}: {exc.strerror or exc}", file=sys.stderr)
+        return False
+    print(f"wrote {path}", file=sys.stderr)
+    return True
 
 
 def format_status(s: dict[str, Any]) -> str:
