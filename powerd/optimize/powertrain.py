@@ -318,8 +318,17 @@ class PowerTrain(Strategy):
         own = {k: v for k, v in samples.items() if k in self.index}
         if budget_w != self._budget:
             # A workload that arrives with samples (a restarted daemon, the store) is
-            # changing budget, not starting: it gets a change's room, not the first's.
-            self._first = self._budget is None and len(own) < self.n_seeds
+            # changing budget, not starting: it gets a change's room, not the first's. A
+            # first budget no measured mode could meet (an impossible 6 W) committed
+            # nothing: the next budget is still the workload's first, with what is left of
+            # the first's room (else four modes would have to build the model from the one
+            # or two at the bottom of the range).
+            unmet = (
+                self._first
+                and self._budget is not None
+                and not any(fits(m, self._budget) for m in own.values())
+            )
+            self._first = (self._budget is None and len(own) < self.n_seeds) or unmet
             self._budget, self._picks = budget_w, 0
             if not self._first:
                 self._limit = len(own) + self.cfg.change_modes

@@ -59,3 +59,28 @@ def test_changes_rarely_land_far_from_the_best_mode(nano_sweeps) -> None:
     assert worst < 1.2, worst
     mean = sum(r.penalty for s in nano_sweeps for r in s.rows) / (4 * len(nano_sweeps))
     assert mean < 0.15, mean
+
+
+def test_a_first_budget_no_mode_meets_leaves_the_next_budget_a_first_budgets_room(
+    nano: Trace,
+) -> None:
+    """An impossible first budget (5 W on a board whose least mode draws ~8 W) commits
+    nothing after one or two measurements. Fails on the old strategy: the next budget got
+    a change's four modes, and 16 W pinned a mode at 2.3x the best step time (a fresh
+    16 W job: 1.09-1.25x)."""
+    ref = ReferenceModel.load()
+    space = GridSpace.from_trace(nano)
+
+    def fitter(samples):
+        return fit_workload(samples, ref, method="ridge")
+
+    def make():
+        return make_strategy("powertrain", space, predictor_factory=lambda: ref)
+
+    for seed in range(3):
+        after = replay_sweep(make, nano, [5.0, 16.0], fitter=fitter, noise=NoiseModel(seed=seed))
+        fresh = replay_sweep(make, nano, [16.0], fitter=fitter, noise=NoiseModel(seed=seed))
+        first, then = after.rows
+        assert first.power_w > 5.0 and first.new_probes <= 2  # nothing meets 5 W
+        assert 4 < then.new_probes <= 50 - first.new_probes, then
+        assert then.penalty <= max(fresh.rows[0].penalty, 0.0) + 0.05, (then, fresh.rows[0])
