@@ -294,7 +294,8 @@ def test_external_changes_is_cheap(emulated_agx: Emulator) -> None:
 
 def test_yield_leaves_the_changed_files_to_the_other_tool(emulated_agx: Emulator, tmp_path) -> None:
     """`on_external_change = "yield"`: what the other tool changed stays as it set it, every
-    other pinned value goes back to the baseline, nothing stays pinned."""
+    other pinned value goes back to the baseline (also the other end of a window it changed
+    one end of), nothing stays pinned."""
     from powerd.sim.harness import knob_snapshot
 
     root = emulated_agx.root
@@ -314,7 +315,10 @@ def test_yield_leaves_the_changed_files_to_the_other_tool(emulated_agx: Emulator
     assert {k: v for k, v in after.items() if k not in gpu_keys} == {
         k: v for k, v in before.items() if k not in gpu_keys
     }
-    assert (gpu / "min_freq").read_text().strip() == "522750000"  # the GPU pair is the tool's
+    # the tool wrote max only: it keeps it; min goes back to the baseline, not powerd's pin
+    assert (gpu / "max_freq").read_text().strip() == "1300500000"
+    min_key = next(k for k in gpu_keys if k.endswith(str(gpu.relative_to(root)) + "/min_freq"))
+    assert (gpu / "min_freq").read_text().strip() == before[min_key] != "522750000"
     assert ctl.last_verified is None and not ctl.baseline.pending
     assert ctl.external_changes() == []
 
