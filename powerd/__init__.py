@@ -15,6 +15,7 @@ from powerd.errors import (
     DaemonUnavailable,
     InvalidArgument,
     JobClosed,
+    JobReleased,
     PowerdError,
     RequestFailed,
 )
@@ -29,6 +30,7 @@ __all__ = [
     "InvalidArgument",
     "Job",
     "JobClosed",
+    "JobReleased",
     "NoopJob",
     "PowerMode",
     "PowerdError",

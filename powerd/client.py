@@ -36,6 +36,7 @@ from powerd.errors import (
     DaemonUnavailable,
     InvalidArgument,
     JobClosed,
+    JobReleased,
     RequestFailed,
 )
 from powerd.modes import PowerMode
@@ -242,6 +243,8 @@ def _raise_for_error(reply: p.Reply) -> p.Reply:
             raise BudgetRejected(
                 reply.message, reply.details.get("min_w"), reply.details.get("max_w")
             )
+        if reply.code == "unknown_job" and reply.details.get("released"):
+            raise JobReleased(reply.message)
         raise RequestFailed(reply.code, reply.message)
     return reply
 
@@ -689,7 +692,7 @@ class Job:
             try:
                 reply = self._conn.call(p.SetBudget(job=job_id, budget_w=budget_w))
             except RequestFailed as exc:
-                if exc.code != "unknown_job":
+                if exc.code != "unknown_job" or isinstance(exc, JobReleased):
                     raise
                 # the daemon restarted: the job registers again (with this budget)
                 self._remember_budget(budget_w)
@@ -860,11 +863,14 @@ class Job:
         if err.code == "unknown_job":
             if err.id < self._epoch_id or self._rereg_id is not None:
                 return  # about the old job id, or already registering again
-            with self._lock:
-                self._state = self._state.model_copy(update={"phase": "idle", "mode": None})
             # a daemon that ended the job on purpose (an admin's restore) may say so; then
-            # registering again would undo what the admin asked for
+            # registering again would undo what the admin asked for, and the job says why
             released = bool(err.details.get("released"))
+            update: dict[str, Any] = {"phase": "idle", "mode": None}
+            if released:
+                update["message"] = err.message
+            with self._lock:
+                self._state = self._state.model_copy(update=update)
             if self._register is not None and not self._closed and not released:
                 self._rereg_at = time.monotonic()
                 self._rereg_id = self._conn.send(self._register.model_copy())

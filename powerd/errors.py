@@ -32,3 +32,12 @@ class InvalidArgument(PowerdError, ValueError):
 
 class JobClosed(PowerdError, RuntimeError):
     """The job was closed: it no longer talks to the daemon."""
+
+
+class JobReleased(RequestFailed):
+    """An admin's restore (`powerctl restore`) ended the job on purpose: powerd no longer
+    drives the board for it, and does not take it again by itself. Register a new job to
+    have powerd drive the board again."""
+
+    def __init__(self, message: str):
+        super().__init__("unknown_job", message)

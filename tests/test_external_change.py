@@ -338,3 +338,24 @@ def test_yield_puts_back_the_half_of_a_window_the_other_tool_left(
     job.close()
     # the fresh baseline: the tool's max, and the admin's min (not powerd's old pin)
     wait_for(lambda: knob_snapshot(board.root) == want, 10, "the baseline with the tool's max")
+
+
+def test_after_an_admin_restore_the_job_says_why_and_set_budget_raises_released(
+    reapply_board: EmulatedBoard,
+) -> None:
+    """Fails on the old client: the job read idle with an empty message, and set_budget
+    blamed the daemon ("lost this job ... start it with sudo systemctl start powerd")."""
+    board = reapply_board
+    job, stepper = _tuned_job(board, "restored")
+    try:
+        res = _powerctl(board, "restore")
+        assert res.returncode == 0, res.stdout + res.stderr
+        wait_for(lambda: job.phase == "idle", 5, "the job to read idle", board)
+        wait_for(lambda: "admin's restore" in job.message, 5, "the reason", board)
+        with pytest.raises(powerd.JobReleased, match="admin's restore"):
+            job.set_budget(30)
+        assert board.status()["jobs"] == []  # not registered again behind the admin's back
+        assert knob_snapshot(board.root) == board.baseline  # type: ignore[attr-defined]
+    finally:
+        stepper.stop()
+        job.close()
