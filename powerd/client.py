@@ -846,8 +846,15 @@ class Job:
         with self._lock:
             self._state = state
             msg = state.message
-        if msg:
-            self._warn_once(msg, msg)
+        if not msg:
+            return
+        if state.phase == "idle" or state.feasible is False:
+            self._warn_once(msg, msg)  # a problem the script's user should see
+        elif msg not in self._warned:
+            # progress ("measuring a candidate mode while tuned (3 so far)"): not a warning
+            # in the user's training log, one line per probe; there when logging asks
+            self._warned.add(msg)
+            log.info("powerd: %s", msg)
 
     def _apply_error(self, err: p.Error) -> None:
         if self._gone_since is not None:

@@ -27,6 +27,8 @@ class FakeDecision:
     best_latency_ms: float | None = None
     gate: str = "open"
     gate_timeout_ms: int = 2000
+    phase: str = "tuned"
+    message: str = ""
 
 
 @dataclass
@@ -109,7 +111,8 @@ class FakeDaemon:
         return p.JobState(
             id=msg_id,
             job=job,
-            phase="tuned",
+            phase=d.phase,  # type: ignore[arg-type]
+            message=d.message,
             budget_w=15.0,
             batch_size=d.batch_size,
             feasible=d.feasible,
