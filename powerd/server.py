@@ -182,6 +182,9 @@ class Daemon:
                 code="bad_request",
                 message=f"kind={req.kind!r} is not supported by this powerd version yet",
             )
+        misplaced = _misplaced_fields(req)
+        if misplaced:
+            return p.Error(id=req.id, code="bad_request", message=misplaced)
         if req.kind == "inference" and req.rate_hz is None:
             return p.Error(
                 id=req.id,
@@ -640,6 +643,20 @@ class Server:
                 poller.register(s, zmq.POLLIN)
                 socks.append((s, admin))
                 log.info("listening on %s%s", ep, " (admin)" if admin else "")
+                if ep.startswith("tcp://"):
+                    # file permissions guard ipc:// sockets only: say so once per socket
+                    local = ep.split("//", 1)[1].rsplit(":", 1)[0] in _LOOPBACK
+                    log.warning(
+                        "%s is a TCP endpoint: no access control (socket_group and "
+                        "admin_group apply to ipc:// sockets only); %s can %s",
+                        ep,
+                        "any local user"
+                        if local
+                        else "anyone who can reach it (bind 127.0.0.1 or firewall it)",
+                        "restore the board and set the default budget"
+                        if admin
+                        else "register jobs and drive the board",
+                    )
             gpath, fpath = gate_path(cfg.endpoint), gate_flag_path(cfg.endpoint)
             if gpath is not None:
                 gate = GateListener(gpath)
@@ -744,3 +761,26 @@ class Server:
         signal.signal(signal.SIGTERM, stop)
         signal.signal(signal.SIGINT, stop)
         signal.signal(signal.SIGHUP, hangup)
+
+
+_LOOPBACK = frozenset({"127.0.0.1", "localhost", "[::1]"})
+
+# what each kind of job may say when it registers (the other kind's fields mean nothing
+# to its planner: refused, not silently ignored)
+_ONLY_FOR = {
+    "training": ("step_time_ms", "expected_steps"),
+    "inference": ("latency_ms", "rate_hz", "batch_sizes"),
+}
+
+
+def _misplaced_fields(req: p.Register) -> str:
+    for kind, fields in _ONLY_FOR.items():
+        if req.kind == kind:
+            continue
+        given = [f for f in fields if getattr(req, f) is not None]
+        if given:
+            return (
+                f"{', '.join(given)} {'is' if len(given) == 1 else 'are'} for {kind} jobs only "
+                f"(this job is kind={req.kind!r})"
+            )
+    return ""

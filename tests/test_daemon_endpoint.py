@@ -124,3 +124,35 @@ def test_a_rejected_budget_names_the_config_file_in_use(board):
         powerd.request(budget_w=500, endpoint=board.endpoint)
     assert f"({board.config_path} [budget])" in str(exc.value)
     assert "/etc/powerd.toml" not in str(exc.value)
+
+
+def test_a_tcp_endpoint_warns_that_it_has_no_access_control(tmp_path, emulated_nano):
+    """socket_group/admin_group guard ipc:// sockets only: on TCP anyone who reaches the
+    admin port can restore the board. The daemon says so for both sockets."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    cfg = tmp_path / "powerd.toml"
+    cfg.write_text(
+        f'[server]\nendpoint = "tcp://127.0.0.1:{port}"\n'
+        f'[strategy]\nname = "binary-search"\n[device]\nroot = "{emulated_nano.root}"\n'
+        f'[state]\ndir = "{tmp_path}/state"\n'
+    )
+    log = tmp_path / "daemon.log"
+    with log.open("w") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "powerd.cli", "serve", "--config", str(cfg)],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        wait_for(lambda: "(admin)" in log.read_text(), 20, "the admin socket")
+        time.sleep(0.2)
+        warned = [ln for ln in log.read_text().splitlines() if "no access control" in ln]
+        assert len(warned) == 2, warned
+        assert any("any local user can register jobs" in ln for ln in warned), warned
+        assert any(f":{port + 1}" in ln and "restore the board" in ln for ln in warned), warned
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(20)

@@ -100,6 +100,21 @@ def test_budget_outside_limits_is_rejected_with_the_limits(board):
     assert board.status()["jobs"] == []
 
 
+@pytest.mark.parametrize(
+    ("kw", "said"),
+    [
+        (dict(kind="inference", rate_hz=10, step_time_ms=100), "step_time_ms is for training"),
+        (dict(kind="inference", rate_hz=10, expected_steps=100), "expected_steps is for train"),
+        (dict(rate_hz=30), "rate_hz is for inference jobs only"),
+        (dict(latency_ms=50, batch_sizes=(1, 4)), "latency_ms, batch_sizes are for inference"),
+    ],
+)
+def test_a_field_of_the_other_kind_of_job_is_refused_not_ignored(board, kw, said):
+    with pytest.raises(powerd.RequestFailed, match=said):
+        powerd.request(budget_w=30, endpoint=board.endpoint, **kw)
+    assert board.status()["jobs"] == []
+
+
 def test_set_budget_never_shows_a_stale_tuned_and_reuses_samples(board, trace):
     with powerd.request(budget_w=30, workload="rebudget", endpoint=board.endpoint) as job:
         stepper = _Stepper(board, trace, job)
