@@ -90,11 +90,31 @@ class Daemon:
 
     # ---- budgets ------------------------------------------------------------------------
     def _load_default_budget(self) -> float:
-        saved = self.store.load_json(self.store.settings_path()) or {}
+        path = self.store.settings_path()
+        saved = self.store.load_json(path) or {}
         b = saved.get("default_budget_w")
         lim = self.cfg.budget
-        if isinstance(b, (int, float)) and lim.min_w <= b <= lim.max_w:
+        if b is None:
+            return lim.default_w
+        if isinstance(b, (int, float)) and not isinstance(b, bool) and lim.min_w <= b <= lim.max_w:
+            # an admin's `powerctl budget` outlives restarts and wins over the config's
+            log.info(
+                "default budget %g W, set by `powerctl budget` (saved in %s; the config's "
+                "default_w is %g W)",
+                b,
+                path,
+                lim.default_w,
+            )
             return float(b)
+        log.warning(
+            "the default budget saved by `powerctl budget` (%r W, in %s) is outside the "
+            "limits %g-%g W: using the config's default_w, %g W",
+            b,
+            path,
+            lim.min_w,
+            lim.max_w,
+            lim.default_w,
+        )
         return lim.default_w
 
     def _check_budget(self, budget_w: float, msg_id: int) -> p.Error | None:

@@ -156,3 +156,20 @@ def test_a_tcp_endpoint_warns_that_it_has_no_access_control(tmp_path, emulated_n
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(20)
+
+
+def test_the_saved_default_budget_is_logged_and_one_outside_new_limits_warned(board):
+    """`powerctl budget` outlives restarts and wins over the config's default_w: it was
+    silent, and silently dropped when new limits left it outside."""
+    settings = board.state_dir / "settings.json"
+    board.stop_daemon()
+    settings.write_text('{"default_budget_w": 17.0}')
+    board.start_daemon()
+    assert board.status()["default_budget_w"] == 17.0
+    assert "default budget 17 W, set by `powerctl budget`" in board.daemon_log.read_text()
+    board.stop_daemon()
+    settings.write_text('{"default_budget_w": 500.0}')
+    board.start_daemon()
+    assert board.status()["default_budget_w"] != 500.0
+    assert "(500.0 W, in" in board.daemon_log.read_text()
+    assert "outside the limits" in board.daemon_log.read_text()
