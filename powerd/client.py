@@ -715,6 +715,8 @@ class Job:
     def _remember_budget(self, budget_w: float) -> None:
         if self._register is not None:
             self._register = self._register.model_copy(update={"budget_w": budget_w})
+        with self._lock:  # job.budget_w says what the job asked for, daemon or not
+            self._state = self._state.model_copy(update={"budget_w": budget_w})
 
     def _wait_for_new_id(self, old: str, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s

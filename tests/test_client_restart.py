@@ -118,6 +118,7 @@ def test_a_gone_daemon_makes_the_job_a_bounded_no_op_until_it_returns(
         wait_for(lambda: len(job._steps) < 1000, 2, "the queue to be emptied")
         assert job.steps_dropped >= dropped + 200_000 - c.MAX_QUEUED_STEPS
         job.set_budget(40)  # remembered for when the daemon returns, without blocking
+        assert job.budget_w == 40  # and said at once
         gone = [r for r in caplog.records if "has not answered" in r.getMessage()]
         assert len(gone) == 1
         board.start_daemon()
