@@ -21,6 +21,7 @@ import pytest
 from waiting import wait_for
 
 import powerd
+from powerd.modes import PowerMode
 from powerd.sim.harness import EmulatedBoard, knob_snapshot
 from powerd.sim.trace import Trace
 
@@ -85,6 +86,15 @@ def _gpu_window(board: EmulatedBoard, gpu_hz: int) -> Path:
         if (d / "min_freq").read_text().strip() == max_file.read_text().strip() == str(gpu_hz):
             return d
     raise AssertionError("no devfreq window pinned to the GPU clock")
+
+
+def _pinned_gpu(board: EmulatedBoard, job: powerd.Job) -> tuple[PowerMode, Path, str]:
+    """The tuned job's mode, its GPU devfreq directory, and that directory as
+    knob_snapshot names it."""
+    mode = job.mode
+    assert mode is not None
+    gpu = _gpu_window(board, mode.gpu_hz)
+    return mode, gpu, "sys/" + str(gpu.relative_to(board.root / "sys"))
 
 
 def _other_tool_writes(gpu: Path, pinned_hz: int) -> int:
@@ -196,10 +206,7 @@ def test_yield_releases_the_board_and_takes_it_again_on_the_next_request(
     board = yield_board
     job, stepper = _tuned_job(board, "yielded")
     try:
-        mode = job.mode
-        assert mode is not None
-        gpu = _gpu_window(board, mode.gpu_hz)
-        rel = "sys/" + str(gpu.relative_to(board.root / "sys"))
+        mode, gpu, rel = _pinned_gpu(board, job)
         other = _other_tool_writes(gpu, mode.gpu_hz)
         wait_for(lambda: job.phase == "idle", 5, "the job to read idle", board)
         assert "gave the board up" in job.message and "max_freq" in job.message
@@ -320,10 +327,7 @@ def test_yield_puts_back_the_half_of_a_window_the_other_tool_left(
     board = yield_board
     job, stepper = _tuned_job(board, "half")
     try:
-        mode = job.mode
-        assert mode is not None
-        gpu = _gpu_window(board, mode.gpu_hz)
-        rel = "sys/" + str(gpu.relative_to(board.root / "sys"))
+        mode, gpu, rel = _pinned_gpu(board, job)
         top = max(int(f) for f in (gpu / "available_frequencies").read_text().split())
         assert top > mode.gpu_hz
         (gpu / "max_freq").write_text(f"{top}\n")  # only max: like raising a cap

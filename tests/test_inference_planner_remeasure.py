@@ -75,9 +75,11 @@ def run_window(pl: InferenceJobsPlanner, job_id: str) -> None:
     pl.tick(t0 + 9 * BATCH_S + 0.01)
 
 
-def register(pl: InferenceJobsPlanner) -> JobSpec:
+def register(
+    pl: InferenceJobsPlanner, job_id: str = "j1", batch_sizes: tuple[int, ...] | None = (1,)
+) -> JobSpec:
     spec = JobSpec(
-        id="j1",
+        id=job_id,
         kind="inference",
         workload="w",
         persistent=False,
@@ -85,7 +87,7 @@ def register(pl: InferenceJobsPlanner) -> JobSpec:
         registered=time.monotonic(),
         latency_ms=100.0,
         rate_hz=20.0,
-        batch_sizes=(1,),
+        batch_sizes=batch_sizes,
     )
     pl.sync([spec], BUDGET_W, time.monotonic())
     pl.tick(time.monotonic())
@@ -153,18 +155,7 @@ def test_a_job_the_planner_cannot_set_up_reads_idle_with_the_reason_and_ticks_go
     board = Board([10.5])
     pl = planner(board)
     pl.settings = dataclasses.replace(pl.settings, batch_sizes=())
-    spec = JobSpec(
-        id="j0",
-        kind="inference",
-        workload="w",
-        persistent=False,
-        budget_w=BUDGET_W,
-        registered=time.monotonic(),
-        latency_ms=100.0,
-        rate_hz=20.0,
-    )
-    pl.sync([spec], BUDGET_W, time.monotonic())
-    pl.tick(time.monotonic())
+    spec = register(pl, "j0", batch_sizes=None)
     view = pl.phase_of("j0")
     assert view.phase == "idle" and "cannot plan for this inference job" in view.message
     assert "batch sizes" in view.message
