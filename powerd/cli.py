@@ -192,9 +192,9 @@ def _restore_offline(
     `endpoint_source` says where it came from. The saved baseline is looked for in the
     config's [state] dir: an endpoint that did not come from that config may belong to a
     daemon that kept its state elsewhere, so finding nothing there is then a failure."""
-    from powerd.client import admin_endpoint
     from powerd.device.baseline import restore_baseline
     from powerd.device.lock import BoardLock
+    from powerd.endpoints import admin_endpoint
 
     cfg = _load(config_path, prog)
     if endpoint is None:
@@ -372,7 +372,7 @@ def _protocol_arg(
     def check(text: str) -> Any:
         from pydantic import TypeAdapter, ValidationError
 
-        from powerd.client import rule_of
+        from powerd.validation import rule_of
 
         try:
             value = parse(text)
@@ -390,7 +390,8 @@ def _protocol_arg(
 
 
 def _ctl(argv: list[str] | None = None) -> int:
-    from powerd.client import admin_endpoint, call_once, connect_endpoint
+    from powerd.client import call_once, connect_endpoint
+    from powerd.endpoints import admin_endpoint
     from powerd.errors import DaemonUnavailable, PowerdError
 
     ap = argparse.ArgumentParser(

@@ -16,7 +16,6 @@ import mmap
 import operator
 import os
 import queue
-import re
 import socket
 import stat
 import threading
@@ -31,6 +30,13 @@ import zmq
 from pydantic import BaseModel, ValidationError
 
 from powerd import protocol as p
+from powerd.endpoints import (
+    WILDCARD_HOSTS,
+    endpoint_problem,
+    gate_flag_path,
+    gate_path,
+    resolve_endpoint,
+)
 from powerd.errors import (
     BudgetRejected,
     DaemonUnavailable,
@@ -40,13 +46,11 @@ from powerd.errors import (
     RequestFailed,
 )
 from powerd.modes import PowerMode
+from powerd.validation import describe_invalid, shown
 
 log = logging.getLogger("powerd.client")
 M = TypeVar("M", bound=BaseModel)
 
-DEFAULT_ENDPOINT = (
-    "ipc:///run/powerd/powerd.sock"  # also in powerd.config (the client imports no daemon code)
-)
 CONNECT_TIMEOUT_S = 1.5  # the contract promises DaemonUnavailable within 2 s
 CALL_TIMEOUT_S = 10.0
 FLUSH_INTERVAL_S = 0.05
@@ -55,88 +59,6 @@ MAX_QUEUED_STEPS = 65_536  # steps waiting for the connection thread; beyond: ol
 GONE_AFTER_BEATS = 3  # heartbeats without any answer: the daemon is gone, the job a no-op
 GONE_AFTER_MIN_S = 2.0
 REREGISTER_RETRY_S = 3.0
-
-
-def resolve_endpoint(endpoint: str | None = None) -> str:
-    return endpoint or os.environ.get("POWERD_ENDPOINT") or DEFAULT_ENDPOINT
-
-
-def gate_path(endpoint: str) -> str | None:
-    """The daemon's gate socket (a UNIX SOCK_SEQPACKET socket next to an ipc endpoint;
-    None for other transports): entering the gate is one round trip with no ZeroMQ I/O
-    threads in the way (powerd.gate explains)."""
-    if not endpoint.startswith("ipc://"):
-        return None
-    return endpoint[len("ipc://") :] + ".gate"
-
-
-def gate_flag_path(endpoint: str) -> str | None:
-    """The daemon's fast-path flag next to the gate socket (powerd.gate explains)."""
-    path = gate_path(endpoint)
-    return None if path is None else path + "-flag"
-
-
-def admin_endpoint(endpoint: str) -> str:
-    """Admin commands go to a sibling socket that only the admin group can open."""
-    if endpoint.startswith("ipc://"):
-        path = endpoint[len("ipc://") :]
-        stem, dot, ext = path.rpartition(".")
-        return f"ipc://{stem}-admin.{ext}" if dot and "/" not in ext else f"ipc://{path}-admin"
-    if endpoint.startswith("tcp://"):
-        host, _, port = endpoint[len("tcp://") :].rpartition(":")
-        if port.isascii() and port.isdigit():
-            return f"tcp://{host}:{int(port) + 1}"
-    raise ValueError(f"unsupported endpoint {endpoint!r}")
-
-
-# ---- endpoints ----------------------------------------------------------------------------
-
-UNIX_PATH_MAX = 107  # bytes of a UNIX socket path (sun_path holds 108 with the NUL)
-MAX_PORT = 65534  # the admin socket listens on port + 1
-# a daemon bound to every interface is reached on the loopback one
-_WILDCARD_HOSTS = {"*": "127.0.0.1", "0.0.0.0": "127.0.0.1", "[::]": "[::1]"}
-
-
-def endpoint_problem(endpoint: object, bind: bool = False) -> str | None:
-    """What is wrong with an endpoint (None: nothing): ipc:// with an absolute socket path,
-    or tcp://HOST:PORT with PORT 1-65534 (the admin socket is on PORT + 1). bind: the
-    daemon's own endpoint, whose admin and gate sockets (derived paths) must fit too."""
-    if not isinstance(endpoint, str):
-        return f"must be a string, e.g. {DEFAULT_ENDPOINT}"
-    if endpoint.startswith("ipc://"):
-        path = endpoint[len("ipc://") :]
-        if not path:
-            return f"ipc:// needs a socket path, e.g. {DEFAULT_ENDPOINT}"
-        if not path.startswith("/"):
-            return f"the ipc socket path must be absolute (got {path!r})"
-        if path.endswith("/") or "\0" in path:
-            return f"the ipc socket path must name a file, not a directory (got {path!r})"
-        paths = [path]
-        if bind:
-            paths += [admin_endpoint(endpoint)[len("ipc://") :], path + ".gate"]
-        for one in paths:
-            if len(os.fsencode(one)) > UNIX_PATH_MAX:
-                return (
-                    f"the socket path {one} is longer than {UNIX_PATH_MAX} bytes, the limit of "
-                    "a UNIX socket path"
-                )
-        return None
-    if endpoint.startswith("tcp://"):
-        host, colon, port = endpoint[len("tcp://") :].rpartition(":")
-        if not colon or not host:
-            return f"tcp endpoints are tcp://HOST:PORT (got {endpoint!r})"
-        if not (port.isascii() and port.isdigit() and 1 <= int(port) <= MAX_PORT):
-            return (
-                f"the tcp port must be a number from 1 to {MAX_PORT} (got {port!r}); the "
-                "admin socket listens on port + 1"
-            )
-        bracketed = host.startswith("[") and host.endswith("]")
-        if ":" in host and not bracketed:
-            return f"an IPv6 host goes in brackets, e.g. tcp://[::1]:{port} (got {host!r})"
-        if any(c.isspace() or c in "/[]" for c in (host[1:-1] if bracketed else host)):
-            return f"the tcp host is not a host name or address (got {host!r})"
-        return None
-    return f"must start with ipc:// or tcp:// (got {endpoint!r})"
 
 
 def connect_endpoint(endpoint: str) -> str:
@@ -157,8 +79,8 @@ def connect_endpoint(endpoint: str) -> str:
         )
     if endpoint.startswith("tcp://"):
         host, _, port = endpoint[len("tcp://") :].rpartition(":")
-        if host in _WILDCARD_HOSTS:
-            return f"tcp://{_WILDCARD_HOSTS[host]}:{port}"
+        if host in WILDCARD_HOSTS:
+            return f"tcp://{WILDCARD_HOSTS[host]}:{port}"
     return endpoint
 
 
@@ -249,53 +171,8 @@ def _raise_for_error(reply: p.Reply) -> p.Reply:
     return reply
 
 
-# ---- arguments: the protocol's models hold the rules; these say which one an argument broke
-
-
-def _number(v: object) -> str:
-    if isinstance(v, float) and v.is_integer() and abs(v) < 1e16:
-        return str(int(v))
-    return str(v)
-
-
-_BOUNDS = {
-    "greater_than": ("gt", ">"),
-    "greater_than_equal": ("ge", ">="),
-    "less_than": ("lt", "<"),
-    "less_than_equal": ("le", "<="),
-}
-
-
-def rule_of(err: dict) -> str:
-    """One pydantic error as the rule it states, e.g. "must be > 0"."""
-    ctx = err.get("ctx") or {}
-    if err["type"] in _BOUNDS:
-        key, op = _BOUNDS[err["type"]]
-        return f"must be {op} {_number(ctx[key])}"
-    if err["type"] == "string_too_long":
-        return f"must be at most {ctx['max_length']} characters"
-    if err["type"] == "too_long":
-        return f"must have at most {ctx['max_length']} items"
-    # "Input should be a finite number" -> "must be a finite number"
-    return re.sub(r"^\w+ should", "must", err["msg"])
-
-
-def _shown(v: object) -> str:
-    if isinstance(v, str) and len(v) > 40:
-        return f"a string of {len(v)} characters"
-    if isinstance(v, (list, tuple)) and len(v) > 8:
-        return f"{len(v)} items"
-    return _number(v) if isinstance(v, (int, float)) else repr(v)
-
-
-def describe_invalid(exc: ValidationError) -> str:
-    """A ValidationError as one line naming each argument and its rule."""
-    parts = []
-    for err in exc.errors():
-        loc = err["loc"]
-        name = "".join(f"[{x}]" if isinstance(x, int) else str(x) for x in loc) or "value"
-        parts.append(f"{name} {rule_of(err)} (got {_shown(err['input'])})")
-    return "; ".join(parts)
+# ---- arguments: the protocol's models hold the rules (powerd.validation says which one
+# an argument broke)
 
 
 # arguments that are numbers: pydantic would take True as 1 and "20" or b"20" as 20
@@ -307,7 +184,7 @@ def _build(cls: type[M], **fields: Any) -> M:
     for name in _NUMERIC_ARGS:
         v = fields.get(name)
         if isinstance(v, (bool, str, bytes, bytearray)):
-            raise InvalidArgument(f"{name} must be a number (got {_shown(v)})")
+            raise InvalidArgument(f"{name} must be a number (got {shown(v)})")
     try:
         return cls(**fields)
     except ValidationError as exc:
@@ -324,7 +201,7 @@ def _positive_int(v: object) -> bool:
 def _check_size(size: object) -> None:
     # any positive size may run (not only batch_size); the gate message carries it
     if size is not None and not _positive_int(size):
-        raise InvalidArgument(f"size must be a positive int (got {_shown(size)})")
+        raise InvalidArgument(f"size must be a positive int (got {shown(size)})")
 
 
 def _batch_sizes(sizes: object) -> list[int] | None:
@@ -333,7 +210,7 @@ def _batch_sizes(sizes: object) -> list[int] | None:
     if sizes is None:
         return None
     if isinstance(sizes, (str, bytes, dict)) or not isinstance(sizes, Iterable):
-        raise InvalidArgument(f"batch_sizes must be a sequence of ints (got {_shown(sizes)})")
+        raise InvalidArgument(f"batch_sizes must be a sequence of ints (got {shown(sizes)})")
     out = []
     for b in sizes:
         # ints and numpy ints, and 4.0; not 1.5, "4", None or True
@@ -345,7 +222,7 @@ def _batch_sizes(sizes: object) -> list[int] | None:
             except TypeError:
                 pass
         raise InvalidArgument(
-            f"batch_sizes must be a sequence of ints ({_shown(b)} in {_shown(sizes)} is not one)"
+            f"batch_sizes must be a sequence of ints ({shown(b)} in {shown(sizes)} is not one)"
         )
     if not out:
         raise InvalidArgument("batch_sizes must not be empty")

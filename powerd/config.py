@@ -18,7 +18,8 @@ from pydantic import (
     model_validator,
 )
 
-from powerd.client import endpoint_problem, rule_of
+from powerd.endpoints import DEFAULT_ENDPOINT, endpoint_problem
+from powerd.validation import rule_of
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -26,7 +27,6 @@ else:  # pragma: no cover - Python 3.10 (JetPack 6)
     import tomli as tomllib
 
 DEFAULT_CONFIG_PATH = "/etc/powerd.toml"
-DEFAULT_ENDPOINT = "ipc:///run/powerd/powerd.sock"
 
 
 class _Section(BaseModel):

@@ -33,10 +33,10 @@ from typing import Any
 import zmq
 
 from powerd import protocol as p
-from powerd.client import admin_endpoint, gate_flag_path, gate_path
 from powerd.config import DEFAULT_ENDPOINT, Config
 from powerd.control import ControlLoop
 from powerd.device.coexist import jtop_state
+from powerd.endpoints import admin_endpoint, gate_flag_path, gate_path
 from powerd.fitting import Fitting
 from powerd.gate import GATE_SOCK, GateFlag, GateListener, GpuGate
 from powerd.hardware import Hardware

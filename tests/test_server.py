@@ -13,7 +13,8 @@ import zmq
 
 import powerd
 from powerd import protocol as p
-from powerd.client import admin_endpoint, call_once
+from powerd.client import call_once
+from powerd.endpoints import admin_endpoint
 from powerd.sim.harness import EmulatedBoard, knob_snapshot
 from powerd.sim.job import run_training_job
 from powerd.sim.trace import TRACE_DIR
