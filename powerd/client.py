@@ -454,6 +454,8 @@ class Job:
         self._steps: collections.deque[float] = collections.deque(maxlen=MAX_QUEUED_STEPS)
         self._durations: collections.deque[float] = collections.deque(maxlen=MAX_QUEUED_STEPS)
         self._last_heartbeat = 0.0
+        self._last_flush = 0.0
+        self._paused_s = 0.0  # how long this process was last stopped (0: not seen)
         self._closed = False
         self._warned: set[str] = set()
         self._gone_since: float | None = None
@@ -641,8 +643,15 @@ class Job:
             log.warning("powerd: %s", text)
 
     def _flush(self, now: float) -> list[BaseModel]:
-        silent = now - self._conn.last_reply
         gone_after = max(GONE_AFTER_MIN_S, GONE_AFTER_BEATS * self._state.heartbeat_ms / 1000.0)
+        # this thread runs every FLUSH_INTERVAL_S: a far longer gap means this process was
+        # stopped (SIGSTOP, a suspended machine), and the daemon's silence over it says
+        # nothing about the daemon
+        if self._last_flush and now - self._last_flush > gone_after:
+            self._paused_s = now - self._last_flush
+            self._conn.last_reply = now
+        self._last_flush = now
+        silent = now - self._conn.last_reply
         if self._gone_since is None and silent > gone_after:
             self._gone_since = now
             log.warning(
@@ -715,11 +724,21 @@ class Job:
             self._rereg_id = None
             old = self._state.job
             self._epoch_id = self._conn.next_id()
-            log.warning(
-                "powerd: the daemon had lost job %s (it restarted): registered again as %s",
-                old,
-                state.job,
-            )
+            if self._paused_s:
+                log.warning(
+                    "powerd: this process was stopped for %.1f s, longer than the daemon "
+                    "waits for a heartbeat, so the daemon ended job %s: registered again as %s",
+                    self._paused_s,
+                    old,
+                    state.job,
+                )
+            else:
+                log.warning(
+                    "powerd: the daemon had lost job %s (it restarted): registered again as %s",
+                    old,
+                    state.job,
+                )
+            self._paused_s = 0.0
         elif state.job != self._state.job:
             return  # a late reply about the job id before a re-registration
         with self._lock:

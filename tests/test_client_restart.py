@@ -132,3 +132,47 @@ def test_a_gone_daemon_makes_the_job_a_bounded_no_op_until_it_returns(
         loop.stop()
     job.close()
     wait_for(lambda: not _jobs(board), 5, "the job to end")
+
+
+CHILD = """
+import sys, time, powerd
+job = powerd.request(budget_w=33, workload="stopped", endpoint=sys.argv[1])
+print("registered", job.id, flush=True)
+while True:
+    job.step()
+    time.sleep(0.005)
+"""
+
+
+def test_a_client_process_stopped_past_the_heartbeat_says_so_not_that_the_daemon_restarted(
+    board: EmulatedBoard,
+) -> None:
+    """SIGSTOP (Ctrl-Z, a debugger) longer than the heartbeat timeout: the daemon ends the
+    job, and the client, continued, registers again. It said "the daemon had lost job ...
+    (it restarted)" and "the daemon has not answered for 4 s" (the old client)."""
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen(
+        [sys.executable, "-c", CHILD, board.endpoint],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        wait_for(lambda: len(_jobs(board)) == 1, 20, "the child's job")
+        (first,) = _jobs(board)
+        proc.send_signal(signal.SIGSTOP)
+        wait_for(lambda: not _jobs(board), 10, "the daemon to end the silent job")
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGCONT)
+        wait_for(
+            lambda: [j["id"] for j in _jobs(board)] not in ([], [first["id"]]),
+            10,
+            "the job to register again",
+        )
+    finally:
+        proc.kill()
+        out = proc.communicate(timeout=10)[0]
+    assert "this process was stopped for" in out, out
+    assert "it restarted" not in out and "has not answered" not in out, out
