@@ -35,6 +35,9 @@ from powerd.profiler import ModeWindow, PowerSamples, ProfilingCost, WindowSpec
 log = logging.getLogger("powerd.tuner")
 
 GUARD_MARGIN_W = 0.5  # measured power this far over the budget in the tuned state: re-decide
+# Measuring after the commit needs the job's steps: none for this long (at least 4 steps of
+# the committed mode), and a refinement does not start, or gives the committed mode back.
+REFINE_IDLE_S = 2.0
 MAX_SWITCH_FAILURES = 3
 
 
@@ -108,6 +111,7 @@ class Tuner:
         self.refined = 0  # modes measured after the first commit for this budget
         self._refining = False  # the window in flight is a refinement
         self._refine_done = False  # the strategy had nothing more to refine
+        self._last_step = 0.0  # CLOCK_MONOTONIC of the last step reported
         self.ticks = 0  # 0: nothing decided yet (a remembered mode may still skip profiling)
 
     @property
@@ -149,8 +153,16 @@ class Tuner:
         return None if self.committed is None else self.committed.mode
 
     def feed_steps(self, ends: list[float], durations: list[float]) -> None:
+        if ends:
+            self._last_step = max(self._last_step, max(ends))
         if self.window is not None:
             self.window.add_steps(ends, durations)
+
+    def _idle(self, now: float) -> bool:
+        """No step for REFINE_IDLE_S (and 4 of the committed mode's steps): the job paused."""
+        m = None if self.committed is None else self.workload.samples.get(self.committed.mode)
+        step_s = m.time_ms / 1e3 if m is not None and math.isfinite(m.time_ms) else 0.0
+        return now - self._last_step > max(REFINE_IDLE_S, 4 * step_s)
 
     def tick(self, now: float) -> None:
         # one tick may run several cheap decisions, but at most one mode switch
@@ -244,6 +256,9 @@ class Tuner:
 
     def _poll_window(self, now: float) -> None:
         assert self.window is not None
+        if self._refining and self._idle(now):
+            self._abandon_refine(now)
+            return
         result = self.window.poll(now, self.hooks.power)
         if result is None:
             return
@@ -290,6 +305,8 @@ class Tuner:
             return False
         if now - self._held_since < self.spec.settle_s + self.spec.window_s:
             return False
+        if self._idle(now):  # a paused job: a probe would measure nothing, and hold the board
+            return False
         room = self.refine_room()
         if room <= 0:  # its share used up (a job of unknown length earns more as it runs)
             self._refine_done = bool(self.expected_steps)
@@ -324,6 +341,28 @@ class Tuner:
         self.window = ModeWindow(action.mode, self.spec, self.budget_w, time.monotonic(), training)
         self.state = "measuring"
         return True
+
+    def _abandon_refine(self, now: float) -> None:
+        """The job stopped stepping during a measurement after the commit: back to the
+        committed mode (the candidate stays unmeasured, to be tried when it steps again)."""
+        c = self.committed
+        assert c is not None and self.window is not None
+        log.info(
+            "%s: no steps for %.1f s while measuring %s after the commit: back to %s",
+            self.workload.name,
+            now - self._last_step,
+            self.window.mode,
+            c.mode,
+        )
+        self.window = None
+        self._refining = False
+        self.refined -= 1
+        self.message = ""
+        if self._switch(c.mode):
+            self.state = "tuned"
+            self._guard_start = self._held_since = now
+        else:
+            self.state = "deciding"
 
     def _poll_fit(self) -> bool:
         assert self.fit_future is not None
