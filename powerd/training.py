@@ -39,9 +39,9 @@ from powerd.tuner import Tuner, TunerHooks, WorkloadState
 
 log = logging.getLogger("powerd.training")
 
-# A job whose workload is being profiled and that reports no step for this long (a long
-# evaluation, a checkpoint, a data loader warming up) gives its turn to a job that steps:
-# without steps nothing can be measured, and the others would wait for as long.
+# A job whose workload is being profiled and that reports no step yet, or none for this
+# long (a long evaluation, a checkpoint, a data loader warming up), gives its turn to a job
+# that steps: without steps nothing can be measured, and the others would wait as long.
 STALL_S = 10.0
 
 
@@ -147,14 +147,6 @@ class TrainingPlanner:
             if t.budget_w != b:
                 return JobView("profiling", f"re-planning for {b:g} W", None, b)
             return _committed_view(t, b, t.message)
-        if self._stalled(job_id) and self.done.get(_key(job)) != b:
-            quiet = self._now - self._stepped[job_id][1]
-            return JobView(
-                "queued",
-                f"no steps for {quiet:.0f} s: its profiling waits until it steps again",
-                None,
-                b,
-            )
         if t is not None and t.state != "tuned":
             other = self.jobs.get(self.tuner_job or "")
             name = other.workload.name if other else t.workload.name
@@ -164,6 +156,15 @@ class TrainingPlanner:
                 None,
                 b,
             )
+        if self._stalled(job_id) and self.done.get(_key(job)) != b:
+            steps, since = self._stepped[job_id]
+            quiet = (
+                "no steps yet: its profiling waits until it steps"
+                if steps == 0
+                else f"no steps for {self._now - since:.0f} s: its profiling waits until it "
+                "steps again"
+            )
+            return JobView("queued", quiet, None, b)
         if self.done.get(_key(job)) == b and t is not None and t.state == "tuned":
             if t.feasible:
                 return JobView("tuned", "", True, b)
@@ -257,10 +258,11 @@ class TrainingPlanner:
             others = [(i, j) for i, j in stepping if j.workload is not self.tuner.workload]
             if not (self._stalled(self.tuner_job or "") and others):
                 return
+            steps, since = self._stepped[self.tuner_job or ""]
             log.info(
-                "job %s reports no steps for %.0f s: profiling %s waits; job %s goes first",
+                "job %s reports no steps %s: profiling %s waits; job %s goes first",
                 self.tuner_job,
-                self._now - self._stepped[self.tuner_job or ""][1],
+                "yet" if steps == 0 else f"for {self._now - since:.0f} s",
                 self.tuner.workload.name,
                 others[0][0],
             )
@@ -285,8 +287,9 @@ class TrainingPlanner:
         self.tuner_job = job_id
 
     def _stalled(self, job_id: str) -> bool:
+        """Not stepping: no step yet since it registered, or none for STALL_S."""
         seen = self._stepped.get(job_id)
-        return seen is not None and self._now - seen[1] > STALL_S
+        return seen is not None and (seen[0] == 0 or self._now - seen[1] > STALL_S)
 
     def _tuner_hooks(self) -> TunerHooks:
         def on_commit(mode: PowerMode, m: Measurement) -> None:

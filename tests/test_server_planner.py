@@ -150,3 +150,20 @@ def test_a_job_of_unknown_length_earns_measurements_after_its_commit_as_it_runs(
     off.sync([replace(a, steps=5000)], 12, 0.1)
     off.tick(0.1)
     assert off.tuner.refine_room() == 0
+
+
+def test_a_job_that_has_not_stepped_yet_gives_its_turn_to_one_that_steps(planner):
+    """A job registered first but not stepping (loading its data) held the profiling turn,
+    a probe applied, until STALL_S passed; a stepping job now goes first at once."""
+    import dataclasses
+
+    planner.sync([job("n", 12, workload="loads")], 12, 0.0)
+    planner.tick(0.0)
+    assert planner.tuner_job == "n"
+    steps = dataclasses.replace(job("a", 12, workload="steps", t=0.5), steps=3)
+    planner.sync([job("n", 12, workload="loads"), steps], 12, 0.6)
+    planner.tick(0.6)
+    assert planner.tuner_job == "a" and planner.tuner.workload.name == "steps"
+    assert planner.phase_of("a").phase == "profiling"
+    view = planner.phase_of("n")
+    assert view.phase == "queued" and "waiting for job a" in view.message
