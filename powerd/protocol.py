@@ -12,6 +12,7 @@ import re
 from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -56,7 +57,17 @@ class _Msg(BaseModel):
 
 
 JobId = Annotated[str, Field(max_length=MAX_ID_CHARS)]
-WorkloadName = Annotated[str, Field(max_length=MAX_NAME_CHARS)]
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def _printable(name: str) -> str:
+    # a newline in a name would split the daemon's log lines (and forge new ones)
+    if _CONTROL.search(name):
+        raise ValueError("must not contain control characters (newlines, tabs, ...)")
+    return name
+
+
+WorkloadName = Annotated[str, Field(max_length=MAX_NAME_CHARS), AfterValidator(_printable)]
 Timestamp = Annotated[FiniteFloat, Field(ge=0, le=MAX_TIMESTAMP_S)]
 Duration = Annotated[FiniteFloat, Field(ge=0, le=MAX_DURATION_S)]
 
@@ -88,6 +99,26 @@ class Register(_Msg):
     # Training: how many steps the job expects to run (None: unknown). A long job affords
     # more measurements after its first commit (`[profiling] refine_share` of its steps).
     expected_steps: int | None = Field(None, ge=1, le=10**12)
+
+    @model_validator(mode="after")
+    def _fields_of_its_kind(self) -> Register:
+        # the other kind's fields mean nothing to this job's planner: refused, not ignored
+        for kind, fields in _ONLY_FOR.items():
+            given = [f for f in fields if kind != self.kind and getattr(self, f) is not None]
+            if given:
+                verb = "is" if len(given) == 1 else "are"
+                raise ValueError(
+                    f"{', '.join(given)} {verb} for {kind} jobs only (this job is "
+                    f"kind={self.kind!r})"
+                )
+        return self
+
+
+# what each kind of job may say when it registers
+_ONLY_FOR = {
+    "training": ("step_time_ms", "expected_steps"),
+    "inference": ("latency_ms", "rate_hz", "batch_sizes"),
+}
 
 
 class Steps(_Msg):

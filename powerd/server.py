@@ -202,9 +202,6 @@ class Daemon:
                 code="bad_request",
                 message=f"kind={req.kind!r} is not supported by this powerd version yet",
             )
-        misplaced = _misplaced_fields(req)
-        if misplaced:
-            return p.Error(id=req.id, code="bad_request", message=misplaced)
         if req.kind == "inference" and req.rate_hz is None:
             return p.Error(
                 id=req.id,
@@ -784,23 +781,3 @@ class Server:
 
 
 _LOOPBACK = frozenset({"127.0.0.1", "localhost", "[::1]"})
-
-# what each kind of job may say when it registers (the other kind's fields mean nothing
-# to its planner: refused, not silently ignored)
-_ONLY_FOR = {
-    "training": ("step_time_ms", "expected_steps"),
-    "inference": ("latency_ms", "rate_hz", "batch_sizes"),
-}
-
-
-def _misplaced_fields(req: p.Register) -> str:
-    for kind, fields in _ONLY_FOR.items():
-        if req.kind == kind:
-            continue
-        given = [f for f in fields if getattr(req, f) is not None]
-        if given:
-            return (
-                f"{', '.join(given)} {'is' if len(given) == 1 else 'are'} for {kind} jobs only "
-                f"(this job is kind={req.kind!r})"
-            )
-    return ""

@@ -32,6 +32,8 @@ def rule_of(err: dict) -> str:
         return f"must be at most {ctx['max_length']} characters"
     if err["type"] == "too_long":
         return f"must have at most {ctx['max_length']} items"
+    if err["type"] == "value_error":  # our own validators say the rule themselves
+        return str(err["msg"]).removeprefix("Value error, ")
     # "Input should be a finite number" -> "must be a finite number"
     return re.sub(r"^\w+ should", "must", err["msg"])
 
@@ -49,6 +51,9 @@ def describe_invalid(exc: ValidationError) -> str:
     parts = []
     for err in exc.errors():
         loc = err["loc"]
+        if not loc and err["type"] == "value_error":
+            parts.append(rule_of(err))  # a rule across arguments names them itself
+            continue
         name = "".join(f"[{x}]" if isinstance(x, int) else str(x) for x in loc) or "value"
         parts.append(f"{name} {rule_of(err)} (got {shown(err['input'])})")
     return "; ".join(parts)

@@ -35,6 +35,9 @@ def test_round_trip_every_request_type():
         (b'{"v": 1, "type": "register", "budget_w": NaN}', "bad_request", "budget_w"),
         (b'{"v": 1, "type": "steps"}', "bad_request", "job"),
         (b'{"v": 1, "type": "status", "sneaky": 1}', "bad_request", "sneaky"),
+        # a newline in a name would split (and forge) the daemon's log lines
+        (b'{"v": 1, "type": "register", "workload": "a\\nb"}', "bad_request", "control char"),
+        (b'{"v": 1, "type": "register", "workload": "a\\u001b[2J"}', "bad_request", "workload"),
     ],
 )
 def test_malformed_requests_get_a_clear_error(raw, code, words):

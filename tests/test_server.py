@@ -111,8 +111,23 @@ def test_budget_outside_limits_is_rejected_with_the_limits(board):
     ],
 )
 def test_a_field_of_the_other_kind_of_job_is_refused_not_ignored(board, kw, said):
-    with pytest.raises(powerd.RequestFailed, match=said):
+    # the client says so before sending (InvalidArgument, a ValueError) ...
+    with pytest.raises(powerd.InvalidArgument, match=said):
         powerd.request(budget_w=30, endpoint=board.endpoint, **kw)
+    # ... and the daemon refuses such a message from any other client
+    raw = {"v": 1, "type": "register", "id": 1, "kind": "training", "budget_w": 30, **kw}
+    raw["batch_sizes"] = list(raw.get("batch_sizes") or []) or None
+    sock = zmq.Context.instance().socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    try:
+        sock.connect(board.endpoint)
+        sock.send(json.dumps(raw).encode())
+        assert sock.poll(3000)
+        reply = p.decode_reply(sock.recv())
+    finally:
+        sock.close()
+    assert isinstance(reply, p.Error) and reply.code == "bad_request", reply
+    assert said in reply.message
     assert board.status()["jobs"] == []
 
 
