@@ -780,6 +780,9 @@ class Job:
                 self._rereg_at = time.monotonic()
                 self._rereg_id = self._conn.send(self._register.model_copy())
                 return
+            if released:  # a plain sentence for the user's log, not the protocol's code
+                self._warn_once(f"{err.code}:{err.message}", err.message)
+                return
         self._warn_once(f"{err.code}:{err.message}", f"{err.code}: {err.message}")
 
 

@@ -819,12 +819,20 @@ class ControlLoop:
         self.store.save_workload_json(self.device.board.key, name, "inference.json", obj)
 
     def _on_commit(self, mode: PowerMode, m: Measurement, budget_w: float) -> None:
+        speed = f"{m.time_ms:.1f} ms/step" if math.isfinite(m.time_ms) else "no step time"
+        why = ""
+        if m.power_w > budget_w:
+            # an infeasible budget: the least power measured is held, over the budget
+            why = ", over the budget: no measured mode meets it, this one draws least"
+            if m.aborted_over_budget:
+                speed += " (its window stopped early, over the budget)"
         log.info(
-            "pinned %s: measured %.1f ms/step at %.2f W (budget %g W)",
+            "pinned %s: measured %s at %.2f W (budget %g W%s)",
             mode,
-            m.time_ms,
+            speed,
             m.power_w,
             budget_w,
+            why,
         )
 
     def shutdown(self) -> None:

@@ -9,6 +9,7 @@ until the next register or set_budget.
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 import sys
@@ -345,10 +346,11 @@ def test_yield_puts_back_the_half_of_a_window_the_other_tool_left(
 
 
 def test_after_an_admin_restore_the_job_says_why_and_set_budget_raises_released(
-    reapply_board: EmulatedBoard,
+    reapply_board: EmulatedBoard, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Fails on the old client: the job read idle with an empty message, and set_budget
     blamed the daemon ("lost this job ... start it with sudo systemctl start powerd")."""
+    caplog.set_level(logging.WARNING, logger="powerd.client")
     board = reapply_board
     job, stepper = _tuned_job(board, "restored")
     try:
@@ -358,6 +360,8 @@ def test_after_an_admin_restore_the_job_says_why_and_set_budget_raises_released(
         wait_for(lambda: "admin's restore" in job.message, 5, "the reason", board)
         with pytest.raises(powerd.JobReleased, match="admin's restore"):
             job.set_budget(30)
+        said = [r.getMessage() for r in caplog.records if "admin's restore" in r.getMessage()]
+        assert said and not any("unknown_job" in m for m in said), said  # no protocol code
         assert board.status()["jobs"] == []  # not registered again behind the admin's back
         assert knob_snapshot(board.root) == board.baseline  # type: ignore[attr-defined]
     finally:
