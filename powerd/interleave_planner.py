@@ -205,7 +205,8 @@ class InterleaveJobsPlanner:
             self._finish_probe(ij, joint)
         planner = self._planner(ij.session.planner.batch_sizes)
         train = {**tr[1].samples, **joint}
-        action = planner.next_action(self._goal, train, ij.samples, self.probes)
+        anchor = tr[1].remembered(self.budget_w) if self.budget_w is not None else None
+        action = planner.next_action(self._goal, train, ij.samples, self.probes, anchor=anchor)
         if isinstance(action, MeasureJoint):
             self._set(action.pair)
             self.probe = _Probe(action.pair, PairWindow(action.pair, time.monotonic(), self.spec))

@@ -96,6 +96,12 @@ class ServeJoint:
 InterleaveAction = MeasureJoint | ServeJoint
 
 
+# Slack over the budget for the one probe at the training job's own mode (see
+# InterleavePlanner._anchor_probe): its measurement decides, and a pair that reads over the
+# budget is never served.
+ANCHOR_SLACK_W = 0.5
+
+
 class InterleavePlanner:
     """Joint (mode, b) for one training and one inference workload.
 
@@ -167,8 +173,11 @@ class InterleavePlanner:
         train: Mapping[PowerMode, Measurement],
         infer: Mapping[Pair, PairMeasurement],
         probes_used: int = 0,
+        anchor: PowerMode | None = None,
     ) -> InterleaveAction:
-        """`probes_used`: joint measurements already spent for this pair of workloads."""
+        """`probes_used`: joint measurements already spent for this pair of workloads.
+        `anchor`: the training job's own mode under the budget (measured to fit, often
+        within a hair of the budget, where the power margins rule out every pair)."""
         t_i, p_i, t_tr, p_tr = self.predictions(train, infer)
         joint = self._measured_values(train, infer)
         measured = np.zeros(len(self._pairs), dtype=bool)
@@ -185,6 +194,10 @@ class InterleavePlanner:
         good = [
             j for j in joint if bool(_fits_arrays(goal, j[0].batch_size, j[1], j[3], j[2], j[4]))
         ]
+        if anchor is not None and can_measure:
+            nxt = self._anchor_probe(goal, anchor, train, good, measured, t_i, p_i, t_tr, p_tr)
+            if nxt is not None:
+                return MeasureJoint(self._pairs[nxt])
         if good or (can_measure and self._explorable(viol, measured)):
             if good:
                 best = max(good, key=lambda j: self._thr(goal, j))
@@ -233,6 +246,29 @@ class InterleavePlanner:
         return self._serve(goal, low, False)
 
     # -- helpers ---------------------------------------------------------------------------
+    def _anchor_probe(self, goal, anchor, train, good, measured, t_i, p_i, t_tr, p_tr):
+        """Once: the best pair at the training job's own mode, judged without margins and
+        with ANCHOR_SLACK_W of slack (the training step as measured there, alone or here),
+        if it promises more than every measured pair that fits. The margins that keep
+        other guesses safe would exclude the one mode known to fit the training job,
+        often within a hair of the budget."""
+        rows = [self._index.get(Pair(anchor, b)) for b in self.batch_sizes]
+        rows = [i for i in rows if i is not None]
+        if not rows or measured[rows].any():
+            return None
+        m = train.get(anchor)
+        if m is not None and not m.aborted_over_budget and math.isfinite(m.time_ms):
+            t_tr, p_tr = t_tr.copy(), p_tr.copy()
+            t_tr[rows], p_tr[rows] = m.time_ms, m.power_w
+        at = np.zeros(len(self._pairs), dtype=bool)
+        at[rows] = True
+        slack = InterleaveGoal(goal.rate_hz, goal.budget_w + ANCHOR_SLACK_W, goal.latency_ms)
+        viol = self._violation(slack, self.grid_b, t_i, t_tr, p_i, p_tr)
+        thr = throughput_bound_hz(self.grid_b, goal.rate_hz, t_i, t_tr)
+        lat = interleaved_latency_ms(self.grid_b, goal.rate_hz, t_i, t_tr)
+        best = max((self._thr(goal, j) for j in good), default=0.0)
+        return _best(at & (viol == 0) & (thr > best * (1 + self.min_gain)), -thr, lat)
+
     def _violation(self, goal, b, t_i, t_tr, p_i, p_tr) -> np.ndarray:
         cyc = b * 1000.0 / goal.rate_hz
         v = np.maximum(0.0, (np.maximum(p_i, p_tr) - goal.budget_w) / goal.budget_w)

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from powerd.modes import PowerMode
+from powerd.optimize.base import Measurement
 from powerd.optimize.interleave import (
     InterleaveGoal,
     InterleavePlanner,
@@ -141,3 +142,40 @@ def test_a_glitched_reading_does_not_get_an_over_budget_pair_served(
     assert glitched and served.pair != glitched[0]
     assert served.power_w <= goal.budget_w
     assert resnet_pairs.rows[served.pair][1] <= goal.budget_w + 0.5
+
+
+def test_the_training_jobs_own_mode_is_measured_though_the_margins_exclude_it(
+    planner, train, resnet_pairs
+) -> None:
+    """The training job alone holds its best mode under the budget, measured to fit but
+    within a hair of it; the power margins on a model that reads 1 W high rule out every
+    pair at that mode. Given it as the anchor, the planner measures the best pair there
+    once, and serves it when it fits and beats what else was measured."""
+    goal = InterleaveGoal(5, 20, 1000)
+    grid = {PowerMode(*map(int, m)) for m in resnet_pairs.modes}
+    under = [r for r in train.rows if r.power_w <= goal.budget_w and r.mode in grid]
+    own = min(under, key=lambda r: r.time_ms)  # the training job's decision alone
+    alone = Measurement(own.mode, own.time_ms, own.power_w, 20)
+    truth = joint_truth(train, resnet_pairs, goal, resnet_pairs.modes)
+
+    def run(anchor):
+        tr, inf = {own.mode: alone}, {}
+        served, probes = solve_joint(
+            planner,
+            goal,
+            tr,
+            inf,
+            TrainMeasurer(train),
+            PairMeasurer(resnet_pairs),
+            anchor=anchor,
+        )
+        return served, probes, inf
+
+    without, _, inf0 = run(None)
+    assert not any(q.mode == own.mode for q in inf0)  # the margins kept it out
+    served, probes, inf = run(own.mode)
+    assert any(q.mode == own.mode for q in inf) and probes <= 30
+    share = judge_joint(truth, goal, served, probes, 0.02).bound_share
+    share0 = judge_joint(truth, goal, without, 1, 0.02).bound_share
+    assert judge_joint(truth, goal, served, probes, 0.02).power_ok
+    assert share >= share0 and share >= 0.9, (share, share0, served.pair)

@@ -428,10 +428,13 @@ def solve_joint(
     measure_train: TrainMeasurer,
     measure_pair: PairMeasurer,
     max_steps: int = 100,
+    anchor: PowerMode | None = None,
 ) -> tuple[ServeJoint, int]:
+    """`anchor`: the training job's own mode under the budget (the daemon passes the
+    training workload's decision for the budget)."""
     probes = 0
     for _ in range(max_steps):
-        action = planner.next_action(goal, train, infer, probes_used=probes)
+        action = planner.next_action(goal, train, infer, probes_used=probes, anchor=anchor)
         if isinstance(action, ServeJoint):
             return action, probes
         assert isinstance(action, MeasureJoint)
