@@ -416,7 +416,18 @@ def _ctl(argv: list[str] | None = None) -> int:
         "(default: $POWERD_ENDPOINT, else the config's)",
     )
     sub = ap.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
-    st = sub.add_parser("status", help="board, power mode, power draw (W), budget and jobs")
+    # --config and --endpoint also after the command (`powerctl status --endpoint X`);
+    # SUPPRESS: not given there, the value given before the command stands
+    placed_after = argparse.ArgumentParser(add_help=False)
+    for flag, meta in (("--config", "FILE"), ("--endpoint", "ENDPOINT")):
+        placed_after.add_argument(
+            flag, metavar=meta, default=argparse.SUPPRESS, help="as before the command"
+        )
+
+    def command(name: str, **kw: Any) -> argparse.ArgumentParser:
+        return sub.add_parser(name, parents=[placed_after], **kw)
+
+    st = command("status", help="board, power mode, power draw (W), budget and jobs")
     st.add_argument("--json", action="store_true", help="the daemon's full status as JSON")
     helps = {
         "predict": "a workload's predicted step time (ms) and power (W) in every mode, "
@@ -427,7 +438,7 @@ def _ctl(argv: list[str] | None = None) -> int:
     }
     parsers: dict[str, argparse.ArgumentParser] = {}
     for name in ("predict", "pareto"):
-        sp = sub.add_parser(name, help=helps[name], description=helps[name])
+        sp = command(name, help=helps[name], description=helps[name])
         parsers[name] = sp
         sp.add_argument(
             "--workload",
@@ -475,7 +486,7 @@ def _ctl(argv: list[str] | None = None) -> int:
                 help="--plot: a budget line to draw, in watts, when no job of this workload "
                 "holds the board (default: the daemon's current budget)",
             )
-    b = sub.add_parser(
+    b = command(
         "budget",
         help="set the default power budget, in watts, of jobs that ask for none (admins; "
         "kept across restarts)",
@@ -485,7 +496,7 @@ def _ctl(argv: list[str] | None = None) -> int:
         type=_protocol_arg(p.SetDefaultBudget, "budget_w"),
         help="the new default budget in watts, within the config's [budget] min_w..max_w",
     )
-    sub.add_parser(
+    command(
         "restore",
         help="release every job and put the board's baseline clocks back (admins); "
         "with no daemon answering, from the saved baseline in the config's [state] dir",

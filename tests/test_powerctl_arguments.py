@@ -227,3 +227,26 @@ def test_powerd_restore_wait_must_be_positive_seconds(wait: str, capsys) -> None
         daemon_main(["restore", "--wait", wait])
     assert exc.value.code == 2
     assert "powerd restore: error: argument --wait: must be" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--endpoint", "ipc:///nonexistent/powerd.sock", "status"],
+        ["status", "--endpoint", "ipc:///nonexistent/powerd.sock"],
+        ["status", "--json", "--endpoint", "ipc:///nonexistent/powerd.sock"],
+        [
+            "--endpoint",
+            "ipc:///elsewhere.sock",
+            "status",
+            "--endpoint",
+            "ipc:///nonexistent/powerd.sock",
+        ],
+    ],
+)
+def test_endpoint_goes_before_or_after_the_command(args, monkeypatch, capsys) -> None:
+    """`powerctl status --endpoint X` was refused as an unrecognised argument; after the
+    command it wins over the one before it."""
+    monkeypatch.delenv("POWERD_ENDPOINT", raising=False)
+    rc, err = _ctl(args, capsys)
+    assert rc == 1 and "/nonexistent/powerd.sock (from --endpoint)" in err, err
