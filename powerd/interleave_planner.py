@@ -235,19 +235,25 @@ class InterleaveJobsPlanner:
         if self.alone is not None and not self.shared:
             if job_id == self._train_id():
                 return dataclasses.replace(self.alone.phase_of(job_id), gate="managed")
-            ij = self.inf._driver()
-            if ij is not None and job_id == ij.spec.id:
+            # training has the GPU alone: every inference job on the board is quiet
+            ij = self.inf.jobs.get(job_id)
+            if ij is not None and job_id not in self.inf.released:
                 quiet = (
                     f"no batch for {time.monotonic() - ij.batches[-1][1]:.0f} s"
                     if ij.batches
                     else "no batches reported yet (enter job.batch() for each batch)"
+                )
+                size = (
+                    self.batch_size
+                    if job_id == self._inf_id()
+                    else self.inf.batch_size.get(job_id, min(ij.session.planner.batch_sizes))
                 )
                 return JobView(
                     "profiling",
                     f"{quiet}; the training job runs in its own mode until one comes",
                     None,
                     b,
-                    batch_size=self.batch_size,
+                    batch_size=size,
                     gate="managed",
                 )
         if self.shared and job_id in self.inf.jobs:

@@ -753,3 +753,41 @@ def _assert_training_alone(eb, alone) -> None:
     assert tr["phase"] == "tuned", tr
     assert st["planner"] == "interleave" and st["tuner"]["waiting_for_batches"]
     assert st["tuner"]["state"] == "waiting for batches", st["tuner"]
+
+
+def test_two_idle_inference_jobs_both_say_they_run_no_batches(board, batches, train_trace):
+    """With two inference jobs that run no batches, training has the GPU in its own mode;
+    the second job read "another inference job interleaves", which nothing did."""
+    eb, gpu = board
+    _seed(eb, batches, ("emulated-inference",), train_trace)
+    trainer = _Trainer(eb, train_trace, gpu)
+    jobs = []
+    try:
+        assert first_true(lambda: _phase_of(eb, "training") == "tuned", 20), eb.log_tail()
+        alone = eb.status()["mode"]
+        for rate in (10.0, 20.0):
+            jobs.append(
+                powerd.request(
+                    kind="inference",
+                    budget_w=BUDGET,
+                    rate_hz=rate,
+                    latency_ms=3000,
+                    workload="emulated-inference",
+                    batch_sizes=(1, 4, 16),
+                    endpoint=eb.endpoint,
+                )
+            )
+        assert first_true(lambda: eb.status()["planner"] == "interleave", 5)
+        time.sleep(1.0)
+        st = eb.status()
+        _assert_training_alone(eb, alone)
+        inf = [j for j in st["jobs"] if j["kind"] == "inference"]
+        assert len(inf) == 2
+        for j in inf:
+            assert j["phase"] == "profiling", j
+            assert "no batches reported yet" in j["message"], j
+        assert all(job.batch_size == 1 for job in jobs)
+    finally:
+        for job in jobs:
+            job.close()
+        trainer.stop()
