@@ -102,7 +102,8 @@ class PowerConfig(_Section):
 
 
 class ProfilingConfig(_Section):
-    modes: int = Field(50, ge=1, le=1000)
+    # at least 4: fewer cannot seed a model and verify a pick (1 pinned the first seed)
+    modes: int = Field(50, ge=4, le=1000)
     settle_ms: int = Field(2000, ge=0, le=120_000)
     min_steps: int = Field(5, ge=1, le=10_000)
     window_ms: int = Field(4000, ge=0, le=600_000)

@@ -49,6 +49,7 @@ def test_effective_config_round_trips(tmp_path):
         ({"budget": {"max_w": -1}}, "budget.max_w"),
         ({"device": {"core_counts": [0]}}, "device"),
         ({"profiling": {"modes": 0}}, "profiling.modes"),
+        ({"profiling": {"modes": 1}}, "profiling.modes"),  # pinned the first seed, "tuned"
     ],
 )
 def test_errors_name_the_key(data, key):
