@@ -154,9 +154,7 @@ RESTORE_WAIT_S = 30.0
 def _listening(endpoint: str) -> bool:
     """Whether something accepts connections at a ZeroMQ endpoint: a stale ipc socket file
     refuses, a live daemon accepts even when it is too busy to answer."""
-    import socket
-
-    from powerd.client import connect_endpoint
+    from powerd.client import connect_endpoint, knock
     from powerd.errors import DaemonUnavailable
 
     try:
@@ -164,14 +162,8 @@ def _listening(endpoint: str) -> bool:
     except DaemonUnavailable:
         return False  # nothing can listen at a malformed endpoint
     try:
-        if endpoint.startswith("ipc://"):
-            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-                s.settimeout(1.0)
-                s.connect(endpoint[len("ipc://") :])
-            return True
-        host, _, port = endpoint[len("tcp://") :].rpartition(":")
-        with socket.create_connection((host.strip("[]"), int(port)), timeout=1.0):
-            return True
+        knock(endpoint)
+        return True
     except PermissionError:
         return True  # someone owns it; only they can say whether it is alive
     except (OSError, ValueError):

@@ -35,7 +35,9 @@ from powerd.endpoints import (
     endpoint_problem,
     gate_flag_path,
     gate_path,
+    ipc_path,
     resolve_endpoint,
+    tcp_address,
 )
 from powerd.errors import (
     BudgetRejected,
@@ -77,10 +79,9 @@ def connect_endpoint(endpoint: str) -> str:
             problem,
             "invalid",
         )
-    if endpoint.startswith("tcp://"):
-        host, _, port = endpoint[len("tcp://") :].rpartition(":")
-        if host in WILDCARD_HOSTS:
-            return f"tcp://{WILDCARD_HOSTS[host]}:{port}"
+    address = tcp_address(endpoint)
+    if address is not None and address[0] in WILDCARD_HOSTS:
+        return f"tcp://{WILDCARD_HOSTS[address[0]]}:{address[1]}"
     return endpoint
 
 
@@ -147,8 +148,8 @@ def permission_hint(path: str) -> str:
 
 
 def _check_ipc_path(endpoint: str) -> None:
-    if endpoint.startswith("ipc://"):
-        path = endpoint[len("ipc://") :]
+    path = ipc_path(endpoint)
+    if path is not None:
         if not os.path.exists(path):
             # an unreadable directory hides the socket: that is a permission problem too
             parent = os.path.dirname(path) or "."
@@ -237,24 +238,30 @@ def _probe(endpoint: str) -> None:
     refuses connections, as does a tcp port nobody bound): ZeroMQ would wait out the whole
     timeout. Anything else (a live daemon, a timeout) is left to the request itself."""
     try:
-        if endpoint.startswith("ipc://"):
-            path = endpoint[len("ipc://") :]
-            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-                s.settimeout(1.0)
-                s.connect(path)
-        else:
-            host, _, port = endpoint[len("tcp://") :].rpartition(":")
-            with socket.create_connection((host.strip("[]"), int(port)), timeout=1.0):
-                pass
+        knock(endpoint)
     except ConnectionRefusedError:
-        if endpoint.startswith("ipc://"):
-            path = endpoint[len("ipc://") :]
+        path = ipc_path(endpoint)
+        if path is not None:
             why = f"nothing listens on {path}: {STALE_SOCKET} of a daemon that is not running"
         else:
             why = "connection refused: nothing listens on that port"
         raise _unavailable(endpoint, why) from None
     except OSError:
         pass  # not ours to judge here: the request says what happens
+
+
+def knock(endpoint: str, timeout_s: float = 1.0) -> None:
+    """Connect to the endpoint's socket (ipc path or tcp port) and hang up; raises what
+    the connect raises (ConnectionRefusedError: nothing listens there)."""
+    path = ipc_path(endpoint)
+    if path is not None:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.settimeout(timeout_s)
+            s.connect(path)
+        return
+    host, port = tcp_address(endpoint) or ("", "")
+    with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s):
+        pass
 
 
 def call_once(endpoint: str, msg: BaseModel, timeout_s: float = CALL_TIMEOUT_S) -> p.Reply:

@@ -12,13 +12,26 @@ def resolve_endpoint(endpoint: str | None = None) -> str:
     return endpoint or os.environ.get("POWERD_ENDPOINT") or DEFAULT_ENDPOINT
 
 
+def ipc_path(endpoint: str) -> str | None:
+    """The socket path of an ipc:// endpoint; None for other transports."""
+    return endpoint[len("ipc://") :] if endpoint.startswith("ipc://") else None
+
+
+def tcp_address(endpoint: str) -> tuple[str, str] | None:
+    """(host, port) of a tcp:// endpoint, as written (an IPv6 host keeps its brackets);
+    None for other transports."""
+    if not endpoint.startswith("tcp://"):
+        return None
+    host, _, port = endpoint[len("tcp://") :].rpartition(":")
+    return host, port
+
+
 def gate_path(endpoint: str) -> str | None:
     """The daemon's gate socket (a UNIX SOCK_SEQPACKET socket next to an ipc endpoint;
     None for other transports): entering the gate is one round trip with no ZeroMQ I/O
     threads in the way (powerd.gate explains)."""
-    if not endpoint.startswith("ipc://"):
-        return None
-    return endpoint[len("ipc://") :] + ".gate"
+    path = ipc_path(endpoint)
+    return None if path is None else path + ".gate"
 
 
 def gate_flag_path(endpoint: str) -> str | None:
@@ -29,12 +42,12 @@ def gate_flag_path(endpoint: str) -> str | None:
 
 def admin_endpoint(endpoint: str) -> str:
     """Admin commands go to a sibling socket that only the admin group can open."""
-    if endpoint.startswith("ipc://"):
-        path = endpoint[len("ipc://") :]
+    path, address = ipc_path(endpoint), tcp_address(endpoint)
+    if path is not None:
         stem, dot, ext = path.rpartition(".")
         return f"ipc://{stem}-admin.{ext}" if dot and "/" not in ext else f"ipc://{path}-admin"
-    if endpoint.startswith("tcp://"):
-        host, _, port = endpoint[len("tcp://") :].rpartition(":")
+    if address is not None:
+        host, port = address
         if port.isascii() and port.isdigit():
             return f"tcp://{host}:{int(port) + 1}"
     raise ValueError(f"unsupported endpoint {endpoint!r}")
@@ -52,8 +65,8 @@ def endpoint_problem(endpoint: object, bind: bool = False) -> str | None:
     daemon's own endpoint, whose admin and gate sockets (derived paths) must fit too."""
     if not isinstance(endpoint, str):
         return f"must be a string, e.g. {DEFAULT_ENDPOINT}"
-    if endpoint.startswith("ipc://"):
-        path = endpoint[len("ipc://") :]
+    path, address = ipc_path(endpoint), tcp_address(endpoint)
+    if path is not None:
         if not path:
             return f"ipc:// needs a socket path, e.g. {DEFAULT_ENDPOINT}"
         if not path.startswith("/"):
@@ -62,7 +75,7 @@ def endpoint_problem(endpoint: object, bind: bool = False) -> str | None:
             return f"the ipc socket path must name a file, not a directory (got {path!r})"
         paths = [path]
         if bind:
-            paths += [admin_endpoint(endpoint)[len("ipc://") :], path + ".gate"]
+            paths += [str(ipc_path(admin_endpoint(endpoint))), path + ".gate"]
         for one in paths:
             if len(os.fsencode(one)) > UNIX_PATH_MAX:
                 return (
@@ -70,9 +83,9 @@ def endpoint_problem(endpoint: object, bind: bool = False) -> str | None:
                     "a UNIX socket path"
                 )
         return None
-    if endpoint.startswith("tcp://"):
-        host, colon, port = endpoint[len("tcp://") :].rpartition(":")
-        if not colon or not host:
+    if address is not None:
+        host, port = address
+        if not host:  # no ":" at all leaves the host empty too
             return f"tcp endpoints are tcp://HOST:PORT (got {endpoint!r})"
         if not (port.isascii() and port.isdigit() and 1 <= int(port) <= MAX_PORT):
             return (

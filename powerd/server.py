@@ -33,10 +33,17 @@ from typing import Any
 import zmq
 
 from powerd import protocol as p
-from powerd.config import DEFAULT_ENDPOINT, Config
+from powerd.config import Config
 from powerd.control import ControlLoop
 from powerd.device.coexist import jtop_state
-from powerd.endpoints import admin_endpoint, gate_flag_path, gate_path
+from powerd.endpoints import (
+    DEFAULT_ENDPOINT,
+    admin_endpoint,
+    gate_flag_path,
+    gate_path,
+    ipc_path,
+    tcp_address,
+)
 from powerd.fitting import Fitting
 from powerd.gate import GATE_SOCK, GateFlag, GateListener, GpuGate
 from powerd.hardware import Hardware
@@ -526,13 +533,14 @@ class Daemon:
 
 
 def _ipc_path(endpoint: str) -> Path | None:
-    return Path(endpoint[len("ipc://") :]) if endpoint.startswith("ipc://") else None
+    path = ipc_path(endpoint)
+    return None if path is None else Path(path)
 
 
 # The default socket directory: systemd makes it (RuntimeDirectory=powerd); a `powerd serve`
 # started by hand makes it too. Any other endpoint's directory must exist already: a typo in
 # [server] endpoint must not create directories as root.
-DEFAULT_RUN_DIR = Path(DEFAULT_ENDPOINT[len("ipc://") :]).parent
+DEFAULT_RUN_DIR = Path(str(ipc_path(DEFAULT_ENDPOINT))).parent
 
 
 def _prepare_ipc(endpoint: str) -> None:
@@ -662,7 +670,7 @@ class Server:
                 log.info("listening on %s%s", ep, " (admin)" if admin else "")
                 if ep.startswith("tcp://"):
                     # file permissions guard ipc:// sockets only: say so once per socket
-                    local = ep.split("//", 1)[1].rsplit(":", 1)[0] in _LOOPBACK
+                    local = (tcp_address(ep) or ("", ""))[0] in _LOOPBACK
                     log.warning(
                         "%s is a TCP endpoint: no access control (socket_group and "
                         "admin_group apply to ipc:// sockets only); %s can %s",
