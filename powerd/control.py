@@ -716,7 +716,8 @@ class ControlLoop:
             known = ", ".join(stored) or "none yet"
             # an inference workload asked without --kind inference: its pairs answer that
             pairs = self.inference_samples.in_memory().get(name)
-            if pairs is None and self._inference_path(name).is_file():
+            key = self.device.board.key
+            if pairs is None and self.store.find(key, name, "inference.json") is not None:
                 pairs = self.inference_samples.of(name, True)
             n = sum(1 for m in (pairs or {}).values() if math.isfinite(m.power_w))
             hint = (
@@ -808,9 +809,6 @@ class ControlLoop:
 
             self._pair_fitter = make_fitter(load_prior("infer-ref"), "infer-ref")
         return self._pair_fitter
-
-    def _inference_path(self, name: str) -> Any:
-        return self.store.workload_dir(self.device.board.key, name) / "inference.json"
 
     def _load_inference(self, name: str) -> dict | None:
         return self.store.load_workload_json(self.device.board.key, name, "inference.json")

@@ -99,7 +99,7 @@ class Store:
         return self.board_dir(board_key) / workload_dirname(workload)
 
     # -- which file is a workload's --------------------------------------------------------
-    def _find(self, board_key: str, workload: str, filename: str) -> Path | None:
+    def find(self, board_key: str, workload: str, filename: str) -> Path | None:
         """`filename` of `workload`: in its directory, or else in the directory an earlier
         version stored it in (its plain slug) if that differs."""
         path = self.workload_dir(board_key, workload) / filename
@@ -177,7 +177,7 @@ class Store:
                 name = d.name  # an earlier version's file, in the directory of a safe name
             if name is None or name in out:
                 continue
-            found = self._find(board_key, name, filename)
+            found = self.find(board_key, name, filename)
             if found is not None:
                 out[name] = found
         return dict(sorted(out.items()))
@@ -188,7 +188,7 @@ class Store:
 
     # -- samples -------------------------------------------------------------------------
     def load_samples(self, board_key: str, workload: str) -> dict[PowerMode, Measurement]:
-        path = self._find(board_key, workload, SAMPLES)
+        path = self.find(board_key, workload, SAMPLES)
         if path is None:
             return {}
         try:
@@ -275,9 +275,9 @@ class Store:
     def load_workload_json(
         self, board_key: str, workload: str, filename: str
     ) -> dict[str, Any] | None:
-        """`filename` of `workload`'s directory (see _find), or None if there is none, it
+        """`filename` of `workload`'s directory (see find), or None if there is none, it
         is corrupt, or it is recorded for another workload."""
-        path = self._find(board_key, workload, filename)
+        path = self.find(board_key, workload, filename)
         if path is None:
             return None
         obj = self.load_json(path)
