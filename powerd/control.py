@@ -88,7 +88,7 @@ class ControlLoop:
         self.planners.add(
             frozenset({"training"}), "training", lambda h: TrainingPlanner(h, self.spec)
         )
-        self.inference_settings = InferenceSettings.from_config(cfg)
+        self.inference_settings = InferenceSettings.from_config(cfg, device.sensor_lag_s)
         # measured (mode, batch size) pairs outlive any one planner (no re-profiling when
         # the board moves between inference alone and interleaving)
         self.inference_samples = InferenceSamples(self._load_inference, self._save_inference)

@@ -59,8 +59,17 @@ class _Waiter:
 
 
 class GpuGate:
-    def __init__(self, post: Callable[[ReplyTo, p.BaseModel], None], timeout_s: float):
+    def __init__(
+        self,
+        post: Callable[[ReplyTo, p.BaseModel], None],
+        timeout_s: float,
+        on_batch: Callable[[float, float | None], None] | None = None,
+    ):
         self.post = post
+        # told when an inference batch gets the GPU: (when, its expected length or None),
+        # so that the power sensor is read inside it (the only place that knows when a
+        # batch starts before it has ended)
+        self.on_batch = on_batch
         self.timeout_s = timeout_s
         self.managed = False
         self.holder: str | None = None
@@ -164,6 +173,13 @@ class GpuGate:
         near, lim = min(seen, key=lambda x: (abs(x[0] - size), x[0]))
         return min(self.timeout_s, lim * max(1.0, size / near))
 
+    def median_hold(self, job: str, size: int | None) -> float | None:
+        """The median of `job`'s recent holds at `size` (None: fewer than HOLD_MIN_SEEN)."""
+        recent = self._recent.get((job, size))
+        if recent is None or len(recent) < HOLD_MIN_SEEN:
+            return None
+        return sorted(recent)[len(recent) // 2]
+
     def note_steps(self, job: str, durations: list[float]) -> None:
         """A training job's reported step durations (gate waits excluded): its hold bound.
         On the fast path the gate sees none of its steps begin or end."""
@@ -187,6 +203,11 @@ class GpuGate:
         self.holder, self.holder_kind, self.since = job, kind, now
         self.holder_size = size
         self.implicit = False
+        if kind == "inference" and self.on_batch is not None:
+            try:
+                self.on_batch(now, self.median_hold(job, size))
+            except Exception:  # a failed extra power reading must never stall the gate
+                log.exception("gate: the batch-start hook failed")
         if kind == "training" and self.flag is not None and not self._inference_waits():
             self.fast = job
             self.flag.open_for(job)
@@ -216,8 +237,8 @@ class GpuGate:
         if recent is None:
             recent = self._recent[key] = collections.deque(maxlen=HOLD_HISTORY)
         recent.extend(held_s)
-        if len(recent) >= HOLD_MIN_SEEN:
-            med = sorted(recent)[len(recent) // 2]
+        med = self.median_hold(job, size)
+        if med is not None:
             self._limit_of[key] = min(self.timeout_s, max(HOLD_FLOOR_S, HOLD_FACTOR * med))
 
     def _next(self, now: float) -> None:

@@ -88,6 +88,17 @@ class Hardware:
         except DeviceError as exc:
             raise HardwareError(f"cannot drive the board under root {root!r}: {exc}") from None
         sampler = PowerSampler(reader, cfg.power.sample_interval_ms / 1000.0).start()
+        lag = reader.lag_s
+        log.info(
+            "power: %d rails, read every %g ms; %s",
+            len(reader.rails),
+            cfg.power.sample_interval_ms,
+            "the chips do not report their update_interval: a reading is taken to show a "
+            "load from one sampling period after it starts"
+            if lag is None
+            else f"a reading shows a load {lag * 1000:.1f} ms after it starts (2 x the "
+            "chips' update_interval): short inference batches get a reading of their own",
+        )
         log.info(
             "board %s (L4T %s): %d power modes (%d core counts x %d CPU x %d GPU x %d EMC)",
             board.model,
@@ -172,6 +183,22 @@ class Hardware:
     def reapply(self) -> PowerMode | None:
         """`on_external_change = "reapply"`: write the pinned mode again."""
         return self.controller.reapply()
+
+    @property
+    def sensor_lag_s(self) -> float | None:
+        """How soon after a load step every power reading shows it (None: not known)."""
+        reader = self.sampler.reader
+        return reader.lag_s if isinstance(reader, PowerReader) else None
+
+    def sample_during(self, start: float, expected_s: float | None) -> None:
+        """One extra power reading inside a piece of GPU work that began at `start` and is
+        expected to last `expected_s` (None: not known yet): the middle of the part of it
+        the sensor shows. Regular readings, 100 ms apart, mostly miss 15 ms batches."""
+        lag = self.sensor_lag_s
+        if lag is None:
+            return
+        span = expected_s - lag if expected_s is not None and expected_s > lag else lag
+        self.sampler.sample_at(start + lag + 0.5 * span)
 
     def power_between(self, t0: float, t1: float) -> Sequence[tuple[float, float]]:
         return self.sampler.samples_between(t0, t1)

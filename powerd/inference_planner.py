@@ -77,12 +77,13 @@ class InferenceSettings:
     rate_drift_s: float = 10.0
     # new pairs a rate change may measure when no measured pair fits the new rate
     rate_change_pairs: int = RESOLVE_MAX_PAIRS
-    # a power reading reflects the load up to one sampling period before it: samples this
-    # soon after a batch starts may still show the idle gap before it
+    # readings this soon after a batch starts may still show the gap before it: the
+    # sensor's own lag where it reports one (Hardware.sensor_lag_s), else one sampling
+    # period (a reading then reflects the load up to one period before it)
     sensor_lag_s: float = 0.1
 
     @classmethod
-    def from_config(cls, cfg: Config) -> InferenceSettings:
+    def from_config(cls, cfg: Config, sensor_lag_s: float | None = None) -> InferenceSettings:
         ic = cfg.inference
         return cls(
             batch_sizes=tuple(ic.batch_sizes),
@@ -90,7 +91,9 @@ class InferenceSettings:
             rate_drift=ic.rate_drift,
             rate_drift_s=ic.rate_drift_s,
             rate_change_pairs=ic.rate_change_pairs,
-            sensor_lag_s=cfg.power.sample_interval_ms / 1000.0,
+            sensor_lag_s=cfg.power.sample_interval_ms / 1000.0
+            if sensor_lag_s is None
+            else sensor_lag_s,
         )
 
 
@@ -190,6 +193,13 @@ def _busy_readings(readings: Sequence[float]) -> np.ndarray:
     med = float(np.median(w))
     sigma = max(1.4826 * float(np.median(np.abs(w - med))), 0.005 * abs(med))
     return w[w >= med - 3.0 * sigma]
+
+
+def power_source(m: PairMeasurement) -> str:
+    """Where a pair's power came from, for the log."""
+    if m.power_n:
+        return f"{m.power_n} readings inside batches"
+    return "too few readings inside batches: the window's highest"
 
 
 @dataclass
@@ -895,7 +905,7 @@ class InferenceJobsPlanner:
         job.session.measured(m.pair)
         self.store.save(job.spec.workload, job.spec.persistent)
         log.info(
-            "job %s: measured %s b=%d%s: p99 %.1f ms/batch at %.2f W (%d batches%s)",
+            "job %s: measured %s b=%d%s: p99 %.1f ms/batch at %.2f W (%d batches%s; %s)",
             job.spec.id,
             m.pair.mode,
             m.pair.batch_size,
@@ -904,6 +914,7 @@ class InferenceJobsPlanner:
             m.power_w,
             m.batches,
             f", {m.windows} windows pooled" if m.windows > 1 else "",
+            power_source(m),
         )
 
     def _finish_joint(self, active: list[_InfJob]) -> None:

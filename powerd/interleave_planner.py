@@ -39,6 +39,7 @@ from powerd.inference_planner import (
     InferenceSettings,
     PairWindow,
     TrainingSide,
+    power_source,
 )
 from powerd.modes import PowerMode
 from powerd.optimize.base import Measurement
@@ -513,11 +514,12 @@ class InterleaveJobsPlanner:
         joint[probe.pair.mode] = Measurement(probe.pair.mode, t_tr, p_tr, len(probe.holds), False)
         self.probes += 1
         log.info(
-            "interleaved probe %s b=%d: batch p99 %.1f ms at %.2f W, step %.1f ms at %.2f W",
+            "interleaved probe %s b=%d: batch p99 %.1f ms at %.2f W (%s), step %.1f ms at %.2f W",
             probe.pair.mode,
             probe.pair.batch_size,
             m.tail_ms,
             m.power_w,
+            power_source(m),
             t_tr,
             p_tr,
         )

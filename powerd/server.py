@@ -81,7 +81,9 @@ class Daemon:
         self.rate = RateLimiter(self.cfg.server.max_messages_per_s)
         self._outbox: collections.deque[tuple[ReplyTo, p.BaseModel]] = collections.deque()
         self.on_reply: Any = None  # set by the Server: wakes the request thread
-        self.gate = GpuGate(self._post_reply, self.heartbeat_timeout_s)
+        self.gate = GpuGate(
+            self._post_reply, self.heartbeat_timeout_s, on_batch=self.device.sample_during
+        )
         # jobs an admin's restore ended -> their owner: told `released` (only to that owner)
         self._released: collections.OrderedDict[str, Owner] = collections.OrderedDict()
         self._jtop: tuple[float, dict[str, Any]] = (-1e9, {})

@@ -206,3 +206,39 @@ def test_a_flag_left_by_a_crashed_daemon_is_not_read_as_the_new_one(tmp_path) ->
     assert fresh.mine()
     new.close()
     assert not fresh.mine()
+
+
+def test_the_gate_says_when_an_inference_batch_starts_and_how_long_its_last_ones_took():
+    posted: list[tuple[ReplyTo, p.BaseModel]] = []
+    told: list[tuple[float, float | None]] = []
+    g = GpuGate(
+        lambda to, r: posted.append((to, r)), 1.0, on_batch=lambda t, d: told.append((t, d))
+    )
+    g.check(0.0, set(), managed=True)
+    for k, held in enumerate([0.010, 0.030, 0.020]):
+        t = 1.0 + k
+        assert isinstance(g.enter("inf", "inference", ReplyTo(0, b"i", k), t, size=4), p.GateOpen)
+        g.leave("inf", t + held)
+    assert told == [(1.0, None), (2.0, None), (3.0, None)]  # too few batches seen to tell
+    g.enter("inf", "inference", ReplyTo(0, b"i", 9), 4.0, size=4)
+    assert told[-1] == (4.0, pytest.approx(0.020))  # the median of its size's batches
+    g.leave("inf", 4.02)
+    g.enter("inf", "inference", ReplyTo(0, b"i", 10), 5.0, size=16)
+    assert told[-1] == (5.0, None)  # another size: its own batches, none yet
+    g.leave("inf", 5.1)
+    # a training step is not a batch; a batch granted later, when the step leaves, is told then
+    assert isinstance(g.enter("tr", "training", ReplyTo(0, b"t", 11), 6.0), p.GateOpen)
+    assert g.enter("inf", "inference", ReplyTo(0, b"i", 12), 6.01, size=4) is None
+    assert told[-1][0] == 5.0
+    g.leave("tr", 6.05)
+    assert told[-1] == (6.05, pytest.approx(0.020))
+
+
+def test_a_failing_batch_hook_does_not_stop_the_gate() -> None:
+    def broken(t: float, d: float | None) -> None:
+        raise OSError("sampler gone")
+
+    g = GpuGate(lambda to, r: None, 1.0, on_batch=broken)
+    g.check(0.0, set(), managed=True)
+    assert isinstance(g.enter("inf", "inference", ReplyTo(0, b"i", 1), 1.0, size=1), p.GateOpen)
+    assert g.holder == "inf"

@@ -791,3 +791,59 @@ def test_two_idle_inference_jobs_both_say_they_run_no_batches(board, batches, tr
         for job in jobs:
             job.close()
         trainer.stop()
+
+
+PROBE_LINE = re.compile(
+    r"interleaved probe (\d+)c/cpu (\d+) MHz/gpu (\d+) MHz/emc (\d+) MHz b=(\d+): "
+    r"batch p99 [\d.]+ ms at ([\d.]+) W \((\d+) readings inside batches\)"
+)
+
+
+def test_a_new_inference_workload_s_short_batches_are_read_inside_them(
+    batches, train_trace, tmp_path
+):
+    """A batch (here 2-7 ms) is far shorter than the 100 ms between regular power readings:
+    the gate tells the sampler when each batch starts, and a reading of its own inside it
+    gives the batch's power (before: the window's highest reading, the training steps')."""
+    config = {"inference": {"max_pairs": 6}, "power": {"sample_interval_ms": 100}}
+    with EmulatedBoard(
+        "orin-agx", batches[1], time_scale=SCALE, workdir=tmp_path, config=config
+    ) as eb:
+        _new_inference_workload_probes(
+            eb, Gpu(eb.emulator, idle_power(batches[1]), SCALE), batches, train_trace
+        )
+
+
+def _new_inference_workload_probes(eb, gpu, batches, train_trace) -> None:
+    _seed(eb, batches, (), train_trace)  # training known; the inference workload is new
+    trainer = _Trainer(eb, train_trace, gpu)
+    assert first_true(lambda: _phase_of(eb, "training") == "tuned", 20), eb.log_tail()
+    run_inference_job(
+        gpu,
+        batches,
+        10.0,
+        duration_s=40,
+        budget_w=BUDGET,
+        latency_ms=3000,
+        workload="new-inference",
+        endpoint=eb.endpoint,
+        wall_clock_goal=True,
+    )
+    trainer.stop()
+    lines = [ln for ln in eb.daemon_log.read_text().splitlines() if "interleaved probe" in ln]
+    assert lines, eb.log_tail()
+    for line in lines:
+        found = PROBE_LINE.search(line)
+        assert found, line  # every probe read its batches from inside them
+        cores, cpu, gpu_mhz, emc, b, watts, n = found.groups()
+        row = next(
+            r
+            for r in batches[int(b)].rows
+            if (r.mode.cores, r.mode.cpu_khz // 1000, r.mode.gpu_hz // 10**6)
+            == (int(cores), int(cpu), int(gpu_mhz))
+            and r.mode.emc_hz // 10**6 == int(emc)
+        )
+        assert int(n) >= 3
+        # the emulator's 1 % noise, averaged over the readings; the training steps around
+        # the batches draw more than the batches here (stale readings would read high)
+        assert float(watts) == pytest.approx(row.power_w, abs=0.4), (row, watts)

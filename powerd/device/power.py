@@ -7,12 +7,15 @@ the sum of the rails (Orin AGX "module power", as the published measurements rep
 
 from __future__ import annotations
 
+import bisect
 import collections
 import logging
+import math
 import random
 import re
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -78,12 +81,33 @@ def discover_rails(root: Path | str) -> list[Rail]:
     return rails
 
 
+def read_update_interval_s(hwmon_dirs: Sequence[Path]) -> float | None:
+    """The slowest of the chips' conversion cycles (hwmon `update_interval`, ms: channels x
+    samples averaged x conversion times); None where no chip says (an older kernel)."""
+    found: list[float] = []
+    for d in hwmon_dirs:
+        try:
+            ms = sysfs.read_int(d / "update_interval")
+        except (SysfsReadError, ValueError):
+            continue
+        if ms > 0:
+            found.append(ms / 1000.0)
+    return max(found) if found else None
+
+
 class PowerReader:
     """Reads board power (W) and per-rail power from the INA3221s under `root`."""
 
     def __init__(self, root: Path | str):
         self.root = Path(root)
         self._discover()
+
+    @property
+    def lag_s(self) -> float | None:
+        """How long after a load step every reading shows only the new load: a read returns
+        the last finished conversion, which averaged up to one cycle before it finished."""
+        ui = self.update_interval_s
+        return None if ui is None else 2.0 * ui
 
     def _discover(self) -> None:
         rails = discover_rails(self.root)
@@ -94,6 +118,12 @@ class PowerReader:
             )
         self.rails = rails
         self.total_rail: Rail | None = next((r for r in rails if r.name in TOTAL_RAIL_NAMES), None)
+        # how often the chips behind the total refresh their readings (None: unknown); read
+        # here, not per use: the request path asks for it on every inference batch
+        used = [self.total_rail] if self.total_rail is not None else rails
+        self.update_interval_s = read_update_interval_s(
+            sorted({r.voltage_path.parent for r in used})
+        )
 
     def read_rails(self) -> dict[str, float]:
         """Watts per rail (the total rail, if any, included under its own name)."""
@@ -118,6 +148,7 @@ class WattReader(Protocol):
 
 
 SAMPLE_DITHER = 0.5  # each sampling interval is (1 +- this) x the configured one
+MAX_REQUESTS = 64  # extra readings asked for (sample_at) and not taken yet
 
 
 class PowerSampler:
@@ -134,9 +165,16 @@ class PowerSampler:
         self._buf: collections.deque[tuple[float, float]] = collections.deque(maxlen=cap)
         self._lock = threading.Lock()
         self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._requests: list[float] = []  # sorted times of extra readings (sample_at)
+        self._last_request = -math.inf
+        # extra readings closer together than this are one: a burst of short batches must
+        # not turn the sampler into a busy loop over the rails' files
+        self.min_request_gap_s = interval_s / 4.0
         self._thread: threading.Thread | None = None
         self.errors = 0
         self.last_error: str | None = None
+        self.requested = 0  # extra readings taken
 
     def start(self) -> PowerSampler:
         if self._thread is None or not self._thread.is_alive():
@@ -147,6 +185,7 @@ class PowerSampler:
 
     def stop(self) -> None:
         self._stop.set()
+        self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout=max(1.0, 5 * self.interval_s))
             self._thread = None
@@ -174,20 +213,49 @@ class PowerSampler:
         with self._lock:
             self._buf.append((time.monotonic(), watts))
 
+    def sample_at(self, t: float) -> bool:
+        """Take one more reading at time.monotonic() `t`, besides the regular ones (a short
+        inference batch the regular grid would miss). Cheap, callable from any thread.
+        False when one is already due within `min_request_gap_s` of it, or too many wait."""
+        with self._lock:
+            if abs(t - self._last_request) < self.min_request_gap_s:
+                return False
+            if len(self._requests) >= MAX_REQUESTS:
+                return False
+            self._last_request = t
+            bisect.insort(self._requests, t)
+        self._wake.set()
+        return True
+
+    def _due_request(self, now: float) -> bool:
+        with self._lock:
+            due = bisect.bisect_right(self._requests, now)
+            del self._requests[:due]
+        return due > 0
+
     def _run(self) -> None:
         next_t = time.monotonic()
         rng = random.Random()
         while not self._stop.is_set():
-            self.sample_once()
-            # Dithered schedule (0.5-1.5x the interval, the same rate on average): a job
-            # whose short bursts repeat at the sampling period (inference batches at 10/s
-            # against 100 ms samples) would otherwise be sampled at one phase, in its gaps
-            # every time. If reading fell behind, restart from now rather than burst.
-            next_t += self.interval_s * (1.0 + SAMPLE_DITHER * (2.0 * rng.random() - 1.0))
             now = time.monotonic()
-            if next_t < now:
-                next_t = now + self.interval_s
-            self._stop.wait(next_t - now)
+            regular = now >= next_t
+            if regular or self._due_request(now):
+                if not regular:
+                    self.requested += 1
+                self.sample_once()
+            if regular:
+                # Dithered schedule (0.5-1.5x the interval, the same rate on average): a
+                # job whose short bursts repeat at the sampling period (inference batches at
+                # 10/s against 100 ms samples) would otherwise be sampled at one phase, in
+                # its gaps every time. If reading fell behind, restart from now, no burst.
+                next_t += self.interval_s * (1.0 + SAMPLE_DITHER * (2.0 * rng.random() - 1.0))
+                if next_t < now:
+                    next_t = now + self.interval_s
+            # cleared before the deadline is read: a request made after this is not missed
+            self._wake.clear()
+            with self._lock:
+                wake_at = min(next_t, self._requests[0]) if self._requests else next_t
+            self._wake.wait(max(0.0, wake_at - time.monotonic()))
 
     def samples_between(self, t0: float, t1: float) -> list[tuple[float, float]]:
         """Samples with t0 <= t <= t1 (time.monotonic() seconds)."""

@@ -23,6 +23,7 @@ knows it is there.
 
 from __future__ import annotations
 
+import bisect
 import collections
 import ctypes
 import ctypes.util
@@ -194,6 +195,7 @@ class Emulator:
         *,
         settle_tau_s: float = 0.3,
         power_interval_s: float = 0.05,
+        sensor_update_ms: int | None = None,
         thermal_interval_s: float = 1.0,
         cur_delay_s: tuple[float, float] = (0.010, 0.030),
         coalesce_s: float = 0.002,
@@ -210,6 +212,16 @@ class Emulator:
         self.noise_frac = noise_frac
         self.settle_tau_s = settle_tau_s * time_scale
         self.power_interval_s = power_interval_s
+        # The INA3221's conversion cycle (hwmon update_interval, whole ms): a load step shows
+        # in the files at the end of the first conversion that began after it. The driver's
+        # default cycle, 6.6 ms, is scaled with the rest of the emulated time.
+        if sensor_update_ms is None:
+            sensor_update_ms = max(1, round(6.6 * time_scale))
+        if sensor_update_ms < 1:
+            raise ValueError("sensor_update_ms must be >= 1")
+        self.sensor_update_ms = sensor_update_ms
+        self._conversions: list[float] = []  # pending conversion ends (load steps to show)
+        self._conv_phase = 0.0
         self.thermal_interval_s = thermal_interval_s
         self.cur_delay_s = (cur_delay_s[0] * time_scale, cur_delay_s[1] * time_scale)
         self.coalesce_s = coalesce_s
@@ -362,8 +374,11 @@ class Emulator:
         with self._lock:
             self._update_hidden()
         # Readers started right after start() must already see this board's power.
+        for hdir in self.layout.hwmon.values():
+            _replace_file(hdir / "update_interval", f"{self.sensor_update_ms}\n")
         now = time.monotonic()
         with self._lock:
+            self._conv_phase = now
             self._write_power(now)
             self._write_thermal()
             self._due.update(
@@ -526,6 +541,13 @@ class Emulator:
                 if name == "power":
                     self._write_power(now)
                     self._due[name] = now + self.power_interval_s
+                elif name == "conversion":
+                    self._write_power(now)
+                    self._conversions = [c for c in self._conversions if c > now]
+                    if self._conversions:
+                        self._due[name] = self._conversions[0]
+                    else:
+                        del self._due[name]
                 elif name == "thermal":
                     self._write_thermal()
                     self._due[name] = now + self.thermal_interval_s
@@ -575,7 +597,10 @@ class Emulator:
             return None
 
     def _schedule(self, name: str) -> None:
-        self._due[name] = time.monotonic() + self._rng.uniform(*self.cur_delay_s)
+        self._arm(name, time.monotonic() + self._rng.uniform(*self.cur_delay_s))
+
+    def _arm(self, name: str, at: float) -> None:
+        self._due[name] = at
         if self._wake_w >= 0 and threading.current_thread() is not self._thread:
             try:  # the loop sleeps until its earliest timer: tell it about this one
                 os.write(self._wake_w, b"t")
@@ -726,6 +751,20 @@ class Emulator:
             delta = self._load_power() - self._p_target
             self._p_from += delta
             self._p_target += delta
+            if delta:
+                self._convert_after(time.monotonic())
+
+    def _convert_after(self, t: float) -> None:
+        """Show the load at `t` in the files when the first conversion begun after `t` ends
+        (conversions run back to back from start(); a reading in between shows the last
+        finished one, as the chip's registers do). Caller holds the lock."""
+        if self._thread is None:
+            return
+        cycle = self.sensor_update_ms / 1000.0
+        end = self._conv_phase + (math.floor((t - self._conv_phase) / cycle) + 2) * cycle
+        if end not in self._conversions:
+            bisect.insort(self._conversions, end)
+        self._arm("conversion", self._conversions[0])
 
     def _settled_power(self, now: float) -> float:
         if self.settle_tau_s <= 0:

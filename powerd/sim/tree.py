@@ -81,6 +81,9 @@ def _release_line(l4t: str, board: SimBoard) -> str:
     )
 
 
+INA_UPDATE_MS = 6
+
+
 def _hwmon_indices(board: SimBoard, seed: int, base: int | None) -> dict[str, int]:
     """hwmonN per device (and "fan"): N differs from boot to boot on real boards."""
     names = [*board.ina_devices, "fan"]
@@ -249,6 +252,9 @@ def build_tree(
         _symlink(root / "sys/bus/i2c/devices" / device, ddir)
         hdir = ddir / "hwmon" / f"hwmon{indices[device]}"
         _write(hdir / "name", "ina3221\n")
+        # the driver's default conversion cycle: 3 channels x 1 sample x (1.1 + 1.1) ms,
+        # reported in whole ms (the emulator writes its own, scaled, when it starts)
+        _write(hdir / "update_interval", f"{INA_UPDATE_MS}\n")
         _symlink(root / "sys/class/hwmon" / hdir.name, hdir)
         hwmon[device] = hdir
         for rail in sb.rails:

@@ -196,3 +196,78 @@ def test_sampling_at_the_burst_period_still_sees_the_bursts() -> None:
     levels = [w for _, w in sampler.samples_between(0.0, 1e12)]
     busy = sum(w == 20.0 for w in levels)
     assert busy >= 5 and len(levels) - busy >= 5, (busy, len(levels))
+
+
+def test_the_sensor_lag_is_twice_the_slowest_chip_s_update_interval(tmp_path: Path) -> None:
+    a = make_ina(tmp_path, "1-0040", 3, {1: ("VDD_GPU_SOC", 5000, 1000)})
+    b = make_ina(tmp_path, "1-0041", 4, {1: ("VDDQ_VDD2_1V8AO", 5000, 200)})
+    assert PowerReader(tmp_path).lag_s is None  # an older kernel: not known
+    (a / "update_interval").write_text("6\n")
+    (b / "update_interval").write_text("9\n")
+    reader = PowerReader(tmp_path)
+    assert reader.update_interval_s == pytest.approx(0.009)
+    assert reader.lag_s == pytest.approx(0.018)
+    (b / "update_interval").write_text("garbage\n")  # unreadable: the other chip's
+    assert PowerReader(tmp_path).lag_s == pytest.approx(0.012)
+
+
+def test_the_sensor_lag_counts_only_the_chip_of_the_total_rail(tmp_path: Path) -> None:
+    total = make_ina(tmp_path, "1-0040", 3, {1: ("VDD_IN", 5000, 2000)})
+    other = make_ina(tmp_path, "1-0041", 4, {1: ("VDD_SOC", 5000, 200)})
+    (total / "update_interval").write_text("2\n")
+    (other / "update_interval").write_text("140\n")  # never read for the total
+    assert PowerReader(tmp_path).lag_s == pytest.approx(0.004)
+
+
+class ClockReader:
+    """Records when it was read."""
+
+    def __init__(self) -> None:
+        self.reads: list[float] = []
+
+    def read_w(self) -> float:
+        self.reads.append(time.monotonic())
+        return 10.0
+
+
+def test_an_extra_reading_is_taken_when_asked_between_regular_ones() -> None:
+    reader = ClockReader()
+    with PowerSampler(reader, interval_s=2.0) as sampler:  # regular readings 1-3 s apart
+        assert poll_until(lambda: len(reader.reads) >= 1, 5.0)
+        at = time.monotonic() + 0.05
+        assert sampler.sample_at(at)
+        assert poll_until(lambda: len(reader.reads) >= 2, 5.0)
+        assert sampler.requested == 1
+        # on time (a thread wake-up late at most), never early
+        assert at <= reader.reads[1] < at + 0.5
+        assert sampler.samples_between(at, at + 0.5)
+
+
+def test_extra_readings_asked_for_close_together_are_taken_once() -> None:
+    reader = ClockReader()
+    with PowerSampler(reader, interval_s=2.0) as sampler:
+        assert poll_until(lambda: len(reader.reads) >= 1, 5.0)
+        at = time.monotonic() + 0.1
+        # a burst of 1 ms batches: one reading, not one per batch
+        took = [sampler.sample_at(at + k * 0.001) for k in range(20)]
+        assert took[0] and not any(took[1:])
+        assert sampler.sample_at(at + 0.6)  # a quarter interval later: a reading of its own
+        assert poll_until(lambda: sampler.requested == 2, 5.0)
+        time.sleep(0.1)
+        assert len(reader.reads) == 3  # the first regular one and the two asked for
+
+
+def test_emulated_power_shows_a_load_step_one_conversion_after_it(make_emulated_board) -> None:
+    """The emulated INA3221 shows a new load when the first conversion begun after the step
+    ends, and says how long a conversion takes; the periodic refresh plays no part here."""
+    emu: Emulator = make_emulated_board(
+        "orin-agx", noise_frac=0.0, power_interval_s=60.0, sensor_update_ms=40
+    )
+    reader = PowerReader(emu.root)
+    assert reader.lag_s == pytest.approx(0.08)
+    before = reader.read_w()
+    emu.set_load(lambda mode: before + 5.0)
+    t = time.monotonic()
+    assert reader.read_w() == pytest.approx(before, abs=0.05)  # the step is not converted yet
+    assert poll_until(lambda: abs(reader.read_w() - (before + 5.0)) < 0.05, 5.0)
+    assert time.monotonic() - t >= 0.04  # not before one whole conversion
