@@ -698,7 +698,11 @@ def _job_detail(j: dict[str, Any]) -> str:
         if j.get("rate_hz") is not None:
             parts.append(f"rate {j['rate_hz']:g}/s")
         feas = j.get("feasible")
-        if feas is False:
+        if feas is False and j.get("phase") == "idle":
+            # idle and infeasible: no measured pair stays within the power budget, and the
+            # board holds the least-power one (its latency may well meet the target)
+            parts.append(f"INFEASIBLE: no pair within the {j['budget_w']:g} W budget")
+        elif feas is False:
             # a queue that cannot keep up has no bounded latency (the message says the rate)
             grows = j.get("queue_grows")
             best = j.get("best_latency_ms")
