@@ -509,6 +509,17 @@ def _ctl(argv: list[str] | None = None) -> int:
         ]
         if args.kind == "training" and unused:
             sp.error(f"{', '.join(unused)}: only for --kind inference")
+        lines = [
+            opt
+            for opt, v in (("--budget", args.budget), ("--latency", args.latency))
+            if v is not None
+        ]
+        if args.plot is None and lines:
+            # silently ignored otherwise: the table (and --json) lists the whole front
+            sp.error(
+                f"{', '.join(lines)}: only with --plot FILE (drawn as lines on the plot; "
+                "the table lists the whole front)"
+            )
         if args.plot is not None:
             problem = _plot_problem(args.plot)
             if problem:

@@ -84,6 +84,31 @@ def test_pareto_options_that_do_not_fit_the_kind_are_usage_errors(
     assert _usage_error(args, capsys) == f"powerctl pareto: error: {expected}"
 
 
+PLOT_ONLY = "only with --plot FILE (drawn as lines on the plot; the table lists the whole front)"
+
+
+@pytest.mark.usefixtures("no_daemon")
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["pareto", "--workload", "w", "--budget", "15"], f"--budget: {PLOT_ONLY}"),
+        (["pareto", "--workload", "w", "--budget", "15", "--json"], f"--budget: {PLOT_ONLY}"),
+        (PARETO + ["--rate", "30", "--latency", "100"], f"--latency: {PLOT_ONLY}"),
+        (
+            PARETO + ["--rate", "30", "--budget", "15", "--latency", "100", "--json"],
+            f"--budget, --latency: {PLOT_ONLY}",
+        ),
+    ],
+    ids=["budget", "budget-json", "latency", "both-json"],
+)
+def test_pareto_plot_lines_without_plot_are_usage_errors(
+    args: list[str], expected: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """User-testing pass: --budget and --latency without --plot were silently ignored (the
+    table is the whole front whatever they say)."""
+    assert _usage_error(args, capsys) == f"powerctl pareto: error: {expected}"
+
+
 @pytest.mark.usefixtures("no_daemon")
 @pytest.mark.parametrize(
     ("plot", "expected"),
