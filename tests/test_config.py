@@ -132,6 +132,11 @@ def test_check_config_command(tmp_path):
             "inference.batch_sizes",
             "batch sizes must be distinct (4 repeated)",
         ),
+        (  # user-testing pass: the README's "1 to 64 distinct sizes"
+            {"inference": {"batch_sizes": [4, 4]}},
+            "inference.batch_sizes",
+            "batch sizes must be distinct (4 repeated)",
+        ),
         (
             {"inference": {"batch_sizes": [100_000]}},
             "inference.batch_sizes.0",
