@@ -460,6 +460,8 @@ class Job:
         # bounded: a stalled connection thread cannot grow memory without limit
         self._steps: collections.deque[float] = collections.deque(maxlen=MAX_QUEUED_STEPS)
         self._durations: collections.deque[float] = collections.deque(maxlen=MAX_QUEUED_STEPS)
+        # inference: each batch's size (appended before its duration; see _take_chunk)
+        self._sizes: collections.deque[int] = collections.deque(maxlen=MAX_QUEUED_STEPS)
         self._last_heartbeat = 0.0
         self._last_flush = 0.0
         self._paused_s = 0.0  # how long this process was last stopped (0: not seen)
@@ -504,13 +506,25 @@ class Job:
             self._turns = _GateChannel(self._conn.endpoint)
         if state.gate == "managed" and state.gate_token:
             # one round trip: entering again also ends this job's previous hold (daemon side)
-            self._turns.enter(state, 1)
+            _, refused = self._turns.enter(state, 1)
+            if refused is not None:
+                self._gate_refused(state)
+                return
             self._holding = state
             if self._flag is None or not self._flag.current(state.job):
                 self._flag = _FastPath.open(self._conn.endpoint, state.job)
         elif self._holding is not None:
             self._turns.leave(self._holding, 1, t)
             self._holding = None
+
+    def _gate_refused(self, state: p.JobState) -> None:
+        """The daemon refused this job at the gate (it no longer knows the job: released by
+        an admin, or a restarted daemon): run unmanaged until a new state says otherwise,
+        instead of a refused round trip (and a log line) on every step."""
+        with self._lock:
+            if self._state.gate_token == state.gate_token:
+                self._state = self._state.model_copy(update={"gate": "open", "gate_token": None})
+        self._holding = None
 
     # -- state ----------------------------------------------------------------------------
     @property
@@ -681,6 +695,7 @@ class Job:
             for _ in range(n):
                 self._steps.popleft()
             self._durations.clear()
+            self._sizes.clear()
             self._n_out += n
             self._n_discarded += n
         return self._take_batches(now, force=False)
@@ -692,22 +707,27 @@ class Job:
         overflow = self._n_steps - self._n_out - len(self._steps)
         return self._n_discarded + max(0, overflow)
 
-    def _take_chunk(self) -> tuple[list[float], list[float]]:
+    def _take_chunk(self) -> tuple[list[float], list[float], list[int]]:
         k = min(len(self._steps), p.MAX_STEPS_PER_MSG)
         steps = [self._steps.popleft() for _ in range(k)]
         self._n_out += k
-        # an inference batch appends its duration before its step, so durations are never
-        # behind the steps: the first k pair up
+        # an inference batch appends its size, then its duration, then its step, so
+        # neither is ever behind the steps: the first k line up
         m = min(k, len(self._durations))
         durations = [self._durations.popleft() for _ in range(m)]
         if m != k:
             durations = []
+        n = min(k, len(self._sizes))
+        sizes = [self._sizes.popleft() for _ in range(n)]
+        if n != k or not durations:
+            sizes = []
         if durations or any(b < a for a, b in zip(steps, steps[1:], strict=False)):
             # threads may append out of order; the daemon wants them sorted
-            pairs = sorted(zip(steps, durations or [0.0] * k, strict=True))
-            steps = [t for t, _ in pairs]
-            durations = [d for _, d in pairs] if durations else []
-        return steps, durations
+            rows = sorted(zip(steps, durations or [0.0] * k, sizes or [0] * k, strict=True))
+            steps = [r[0] for r in rows]
+            durations = [r[1] for r in rows] if durations else []
+            sizes = [r[2] for r in rows] if sizes else []
+        return steps, durations, sizes
 
     def _take_batches(self, now: float, force: bool) -> list[BaseModel]:
         """The steps queued so far, in messages of at most MAX_STEPS_PER_MSG; or a heartbeat
@@ -715,9 +735,9 @@ class Job:
         out: list[BaseModel] = []
         beat_due = now - self._last_heartbeat >= self._state.heartbeat_ms / 1000.0
         for _ in range(MAX_QUEUED_STEPS // p.MAX_STEPS_PER_MSG + 1):
-            steps, durations = self._take_chunk()
+            steps, durations, sizes = self._take_chunk()
             if steps or (not out and (beat_due or force)):
-                out.append(p.Steps(job=self.id, t=steps, d=durations))
+                out.append(p.Steps(job=self.id, t=steps, d=durations, b=sizes))
                 self._last_heartbeat = now
             if not steps or not self._steps:
                 break
@@ -778,7 +798,13 @@ class Job:
             # a daemon that ended the job on purpose (an admin's restore) may say so; then
             # registering again would undo what the admin asked for, and the job says why
             released = bool(err.details.get("released"))
-            update: dict[str, Any] = {"phase": "idle", "mode": None}
+            # the gate token died with the job: steps and batches run unmanaged meanwhile
+            update: dict[str, Any] = {
+                "phase": "idle",
+                "mode": None,
+                "gate": "open",
+                "gate_token": None,
+            }
             if released:
                 update["message"] = err.message
             with self._lock:
@@ -886,6 +912,9 @@ class _FastPath:
             return False
 
 
+GATE_WAIT_FACTOR = 1.25  # x the daemon's gate timeout: see _GateChannel.enter
+
+
 class _GateChannel:
     """The socket a managed-interleaving gate is entered through.
 
@@ -936,10 +965,15 @@ class _GateChannel:
         )
         return msg_id, raw.encode()
 
-    def enter(self, state: p.JobState, size: int) -> float:
-        """Block until the daemon opens the gate; returns the seconds waited."""
+    def enter(self, state: p.JobState, size: int) -> tuple[float, p.Error | None]:
+        """Block until the daemon opens the gate; returns the seconds waited, and the
+        daemon's refusal if it refused (a job it no longer knows: then run unmanaged)."""
         t0 = time.monotonic()
-        deadline = t0 + state.gate_timeout_ms / 1000.0
+        # A little longer than the daemon's own bound on a hold: when the other job holds
+        # the GPU past it, the daemon hands the GPU over and this wait ends with a grant,
+        # not with a timeout on each side at the same moment.
+        deadline = t0 + GATE_WAIT_FACTOR * state.gate_timeout_ms / 1000.0
+        refused: p.Error | None = None
         with self._lock:
             sock = self._socket()
             msg_id, raw = self._message(state, "enter", size, t0)
@@ -954,10 +988,14 @@ class _GateChannel:
                 got = self._recv(sock, left) if left > 0 else None
                 if got is None:
                     self.timeouts += 1
-                    log.warning(
-                        "powerd: job %s: no gate answer within %d ms; running anyway",
+                    # the first loudly, then every 100th: each late step must not log
+                    level = logging.WARNING if self.timeouts % 100 == 1 else logging.DEBUG
+                    log.log(
+                        level,
+                        "powerd: job %s: no gate answer within %d ms; running anyway (%d so far)",
                         state.job,
-                        state.gate_timeout_ms,
+                        (deadline - t0) * 1000.0,
+                        self.timeouts,
                     )
                     break
                 if got == b"":
@@ -974,9 +1012,12 @@ class _GateChannel:
                 if reply.id != msg_id:
                     continue  # the late answer to an enter that timed out
                 if isinstance(reply, p.Error):
-                    log.warning("powerd: gate: %s: %s", reply.code, reply.message)
+                    # the job's own connection hears the same from the daemon and tells the
+                    # user once (released by an admin, or registering again)
+                    log.debug("powerd: gate: %s: %s", reply.code, reply.message)
+                    refused = reply
                 break
-        return time.monotonic() - t0
+        return time.monotonic() - t0, refused
 
     def _recv(self, sock: zmq.Socket | socket.socket, left_s: float) -> bytes | None:
         """One message within left_s: None on a timeout, b"" when the daemon closed it."""
@@ -1035,7 +1076,12 @@ class _Batch:
         self._managed = state.gate == "managed" and bool(state.gate_token)
         if self._managed:
             self._state = state
-            self.waited_s = self._job._gate.enter(state, self._size or self._job.batch_size)
+            self.waited_s, refused = self._job._gate.enter(
+                state, self._size or self._job.batch_size
+            )
+            if refused is not None:
+                self._job._gate_refused(state)
+                self._managed = False
         self._t0 = time.monotonic()
         return self
 
@@ -1044,6 +1090,9 @@ class _Batch:
         if self._managed and self._state is not None:
             # Give the GPU back first: the other job may be waiting on it.
             self._job._gate.leave(self._state, self._size or self._job.batch_size, t1)
+        # the size it ran: a batch formed before powerd changed `batch_size` is not one of
+        # the new size, and must not be measured as one
+        self._job._sizes.append(self._size or self._job.batch_size)
         self._job._durations.append(t1 - self._t0)
         self._job._steps.append(t1)
 

@@ -220,7 +220,7 @@ class ControlLoop:
         self,
         specs: list[JobSpec],
         budget: float,
-        batches: dict[str, list[tuple[list[float], list[float]]]],
+        batches: dict[str, list[tuple[list[float], list[float], list[int]]]],
         now: float,
     ) -> None:
         kinds = frozenset(s.kind for s in specs)
@@ -236,8 +236,8 @@ class ControlLoop:
         planner.sync(specs, budget, now)
         self._publish(specs)  # before any switch: no job reads a stale `tuned` under a probe
         for job_id, items in batches.items():
-            for ends, durations in items:
-                planner.feed(job_id, ends, durations)
+            for ends, durations, sizes in items:
+                planner.feed(job_id, ends, durations, sizes)
         self._watch_mode(now)
         self._check_sensor(now, specs)
         if self.sensor_fault is None:

@@ -214,8 +214,10 @@ class PairWindow:
     def opens(self) -> float:
         return self.applied + self.spec.settle_s
 
-    def add(self, start: float, end: float) -> None:
-        if start >= self.opens:
+    def add(self, start: float, end: float, size: int | None = None) -> None:
+        """A batch that ran from `start` to `end`; of `size` if the client said (None:
+        taken to be of this pair's)."""
+        if start >= self.opens and size in (None, self.pair.batch_size):
             self.batches.append((start, end))
 
     def ready(self, now: float) -> bool:
@@ -268,6 +270,8 @@ class _InfJob:
     rate_source: str = "client"  # "client" (register/set_rate) or "observed"
     told_rate: float | None = None  # the rate the client last told us
     resolves: int = 0
+    told_size: tuple[int, int] | None = None  # the last (reported, asked) size mismatch logged
+    size_since: float = 0.0  # when powerd last asked this job for another batch size
     # serving the fastest fit pair until the batches show the queue drained (see
     # powerd.optimize.backlog)
     draining: bool = False
@@ -386,21 +390,50 @@ class InferenceJobsPlanner:
                 self.serving.pop(spec.id, None)
         self.store.forget({j.spec.workload for j in self.jobs.values()})
 
-    def feed(self, job_id: str, ends: Sequence[float], durations: Sequence[float]) -> None:
+    def feed(
+        self,
+        job_id: str,
+        ends: Sequence[float],
+        durations: Sequence[float],
+        sizes: Sequence[int] = (),
+    ) -> None:
+        """Batches a job reported: end times, durations and (clients that report them)
+        sizes. A batch of another size than the one asked for (formed before the switch,
+        or a client that keeps its own size) measures no pair and no arrival rate."""
         job = self.jobs.get(job_id)
         if job is None or not durations:
             return
         served = job_id in self.serving or job_id in self.joint_ids
         job.active = True
         jw = None if self.joint_windows is None else self.joint_windows.get(job_id)
-        for t, d in zip(ends, durations, strict=False):
-            if jw is not None:
-                jw.add(t - d, t)
+        own = self.window if self.window is not None and self.window_job == job_id else None
+        asked = self.batch_size.get(job_id)
+        for k, (t, d) in enumerate(zip(ends, durations, strict=False)):
+            size = sizes[k] if k < len(sizes) else None
             job.batches.append((t - d, t))
+            if jw is not None:
+                jw.add(t - d, t, size)
+            if own is not None:
+                own.add(t - d, t, size)
+            if size is not None and asked is not None and size != asked:
+                # batches formed before the switch still come for a while; one begun well
+                # after it is a client that keeps a size of its own
+                if t - d > job.size_since + self.spec.settle_s:
+                    self._other_size(job, size, asked)
+                continue
             if served and t - d >= job.served_since:
                 job.served_ends.append((t - d, t))
-            if self.window is not None and self.window_job == job_id:
-                self.window.add(t - d, t)
+
+    def _other_size(self, job: _InfJob, size: int, asked: int) -> None:
+        if job.told_size != (size, asked):
+            job.told_size = (size, asked)
+            log.info(
+                "job %s: a batch of %d where powerd asked for %d: batches of another size "
+                "measure nothing (form each batch with inf.batch_size)",
+                job.spec.id,
+                size,
+                asked,
+            )
 
     def tick(self, now: float) -> None:
         active = self._active()
@@ -775,7 +808,12 @@ class InferenceJobsPlanner:
             self.mode = None  # unknown until the switch succeeded
             self.hooks.apply_mode(pair.mode)
             self.mode = pair.mode
-        self.batch_size[job.spec.id] = pair.batch_size
+        self._ask_size(job, pair.batch_size)
+
+    def _ask_size(self, job: _InfJob, b: int) -> None:
+        if self.batch_size.get(job.spec.id) != b:
+            self.batch_size[job.spec.id] = b
+            job.size_since = time.monotonic()
 
     def _live(self) -> list[_InfJob]:
         live = [j for i, j in self.jobs.items() if i not in self.released]
@@ -841,7 +879,7 @@ class InferenceJobsPlanner:
             self.joint_windows = {}
             for j, b in zip(active, action.sizes, strict=True):
                 pair = Pair(action.mode, b)
-                self.batch_size[j.spec.id] = b
+                self._ask_size(j, b)
                 self.joint_windows[j.spec.id] = PairWindow(pair, t0, self.spec)
             if training is not None:
                 training.holds.clear()
@@ -850,7 +888,7 @@ class InferenceJobsPlanner:
         before = self.joint_served
         self._set_mode(action.mode)
         for j, b in zip(active, action.sizes, strict=True):
-            self.batch_size[j.spec.id] = b
+            self._ask_size(j, b)
             if before is None or before.sizes != action.sizes or before.mode != action.mode:
                 j.served_ends.clear()
                 j.served_since = time.monotonic() + self.spec.settle_s

@@ -147,7 +147,13 @@ class InterleaveJobsPlanner:
             self._goal = goal
             self.served = None  # re-solve (from what is measured)
 
-    def feed(self, job_id: str, ends: Sequence[float], durations: Sequence[float]) -> None:
+    def feed(
+        self,
+        job_id: str,
+        ends: Sequence[float],
+        durations: Sequence[float],
+        sizes: Sequence[int] = (),
+    ) -> None:
         if job_id == self._train_id():
             if self.alone is not None:
                 self.alone.feed(job_id, ends, durations)
@@ -155,10 +161,10 @@ class InterleaveJobsPlanner:
             # gate) to its step(): the span it held the GPU
             self._feed_holds([(t - d, t) for t, d in zip(ends, durations, strict=False) if d > 0])
             return
-        self.inf.feed(job_id, ends, durations)
+        self.inf.feed(job_id, ends, durations, sizes)
         if self.probe is not None and job_id == self._inf_id():
-            for t, d in zip(ends, durations, strict=False):
-                self.probe.infer.add(t - d, t)
+            for k, (t, d) in enumerate(zip(ends, durations, strict=False)):
+                self.probe.infer.add(t - d, t, sizes[k] if k < len(sizes) else None)
 
     def _feed_holds(self, holds: Sequence[tuple[float, float]]) -> None:
         for start, end in holds:

@@ -65,8 +65,15 @@ class Planner(Protocol):
     def sync(self, jobs: Sequence[JobSpec], budget_w: float, now: float) -> None:
         """The registered jobs of this planner's kinds and the board's effective budget."""
 
-    def feed(self, job_id: str, ends: Sequence[float], durations: Sequence[float]) -> None:
-        """Step timestamps the job reported (CLOCK_MONOTONIC s), with durations if any."""
+    def feed(
+        self,
+        job_id: str,
+        ends: Sequence[float],
+        durations: Sequence[float],
+        sizes: Sequence[int] = (),
+    ) -> None:
+        """Step timestamps the job reported (CLOCK_MONOTONIC s), with durations if any, and
+        an inference job's batch sizes if its client reports them."""
 
     def tick(self, now: float) -> None:
         """Advance: at most one mode switch. May raise; the control loop then releases

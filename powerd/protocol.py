@@ -35,6 +35,7 @@ MAX_ID_CHARS = 64
 MAX_NAME_CHARS = 200
 MAX_TIMESTAMP_S = 1e10  # CLOCK_MONOTONIC seconds: ~300 years of uptime
 MAX_DURATION_S = 1e6
+MAX_BATCH_SIZE = 65536
 # The gate's fast-path flag (powerd.gate): a file of FLAG_BYTES holding the id of the training
 # job that may step without asking, zero-padded; all zeros: every job asks.
 FLAG_ID_BYTES = MAX_ID_CHARS
@@ -70,6 +71,7 @@ def _printable(name: str) -> str:
 WorkloadName = Annotated[str, Field(max_length=MAX_NAME_CHARS), AfterValidator(_printable)]
 Timestamp = Annotated[FiniteFloat, Field(ge=0, le=MAX_TIMESTAMP_S)]
 Duration = Annotated[FiniteFloat, Field(ge=0, le=MAX_DURATION_S)]
+BatchSize = Annotated[int, Field(ge=1, le=MAX_BATCH_SIZE)]
 
 
 class ModeModel(BaseModel):
@@ -92,7 +94,7 @@ class Register(_Msg):
     rate_hz: FiniteFloat | None = Field(None, gt=0, le=1e6)
     pid: int | None = Field(None, ge=0, le=2**31)
     # Inference: the batch sizes the job can run (powerd picks one; None = the daemon's default)
-    batch_sizes: list[Annotated[int, Field(ge=1, le=65536)]] | None = Field(None, max_length=64)
+    batch_sizes: list[BatchSize] | None = Field(None, max_length=64)
     # The step-time objective (training): pin the lowest-power mode whose measured step
     # time meets this, within budget_w if one is given. None: the power-budget objective.
     step_time_ms: FiniteFloat | None = Field(None, gt=0)
@@ -111,6 +113,11 @@ class Register(_Msg):
                     f"{', '.join(given)} {verb} for {kind} jobs only (this job is "
                     f"kind={self.kind!r})"
                 )
+        if self.kind == "inference" and self.rate_hz is None:
+            raise ValueError(
+                "an inference job needs rate_hz (its requests per second): "
+                "powerd.request(kind='inference', rate_hz=30, ...)"
+            )
         return self
 
 
@@ -131,12 +138,18 @@ class Steps(_Msg):
     # time, not work. Training steps report the time since the previous step() returned
     # (a wait at the GPU gate excluded); a training job alone is timed by the intervals.
     d: list[Duration] = Field(default_factory=list, max_length=MAX_STEPS_PER_MSG)
+    # Inference batches also report their size: one formed before powerd changed the batch
+    # size runs at the old one, and only batches of a pair's size measure that pair.
+    # Empty: not reported (then every batch counts as the size powerd asked for).
+    b: list[BatchSize] = Field(default_factory=list, max_length=MAX_STEPS_PER_MSG)
 
     @model_validator(mode="after")
     def _one_clock(self) -> Steps:
         # the daemon pairs d[i] with t[i] and times steps by their differences
         if self.d and len(self.d) != len(self.t):
             raise ValueError(f"d has {len(self.d)} durations for {len(self.t)} steps")
+        if self.b and len(self.b) != len(self.d):
+            raise ValueError(f"b has {len(self.b)} sizes for {len(self.d)} durations")
         if any(b < a for a, b in zip(self.t, self.t[1:], strict=False)):
             raise ValueError("step timestamps must not decrease")
         return self
@@ -167,7 +180,9 @@ class Gate(_Msg):
     job: JobId
     token: str = Field(max_length=64)
     op: Literal["enter", "leave"]
-    size: int | None = Field(None, ge=1, le=65536)  # the batch size about to run / that ran
+    size: int | None = Field(
+        None, ge=1, le=MAX_BATCH_SIZE
+    )  # the batch size about to run / that ran
     t: FiniteFloat | None = None  # client CLOCK_MONOTONIC seconds of the event
 
 
@@ -191,7 +206,7 @@ class Pareto(_Msg):
     # inference: the predicted latency/power front per batch size at this arrival rate
     kind: Kind = "training"
     rate_hz: FiniteFloat | None = Field(None, gt=0, le=1e6)
-    batch_sizes: list[Annotated[int, Field(ge=1, le=65536)]] | None = Field(None, max_length=64)
+    batch_sizes: list[BatchSize] | None = Field(None, max_length=64)
 
 
 class SetDefaultBudget(_Msg):

@@ -51,7 +51,7 @@ class JobRecord:
     step_time_ms: float | None = None  # the step-time objective's target (None: budget)
     expected_steps: int | None = None  # training: the job's expected length (None: unknown)
     steps: int = 0
-    pending: collections.deque[tuple[list[float], list[float]]] = field(
+    pending: collections.deque[tuple[list[float], list[float], list[int]]] = field(
         default_factory=lambda: collections.deque(maxlen=MAX_PENDING_BATCHES)
     )
 

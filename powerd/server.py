@@ -211,13 +211,6 @@ class Daemon:
                 code="bad_request",
                 message=f"kind={req.kind!r} is not supported by this powerd version yet",
             )
-        if req.kind == "inference" and req.rate_hz is None:
-            return p.Error(
-                id=req.id,
-                code="bad_request",
-                message="an inference job needs rate_hz (its requests per second): "
-                "powerd.request(kind='inference', rate_hz=30, ...)",
-            )
         srv = self.cfg.server
         reg = self.registry
         with reg.lock:
@@ -287,7 +280,7 @@ class Daemon:
             job.last_seen = now
             if req.t or req.d:
                 job.steps += len(req.t)
-                job.pending.append((list(req.t), list(req.d)))
+                job.pending.append((list(req.t), list(req.d), list(req.b)))
                 if job.kind == "training" and req.d:
                     self.gate.note_steps(job.id, req.d)
             return self._job_state(job, req.id)

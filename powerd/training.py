@@ -110,7 +110,13 @@ class TrainingPlanner:
             del self.done[key]
         self._arbitrate()
 
-    def feed(self, job_id: str, ends: Sequence[float], durations: Sequence[float]) -> None:
+    def feed(
+        self,
+        job_id: str,
+        ends: Sequence[float],
+        durations: Sequence[float],
+        sizes: Sequence[int] = (),
+    ) -> None:
         if self.tuner is not None and job_id == self.tuner_job:
             # a training job alone is timed by its step intervals (its reported durations
             # only matter when it shares the GPU)

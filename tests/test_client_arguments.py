@@ -217,3 +217,16 @@ def test_a_wildcard_bind_address_is_reached_on_loopback() -> None:
         with powerd.request(budget_w=20, endpoint=f"tcp://*:{port}") as job:
             assert job.phase == "tuned"
         assert len(f.registers) == 1
+
+
+@pytest.mark.parametrize("required", [True, False])
+def test_an_inference_job_without_a_rate_is_an_invalid_argument(tmp_path, required) -> None:
+    """It was a RequestFailed from the daemon (not a ValueError), and without a daemon a
+    silent NoopJob: the same script behaved differently with and without powerd."""
+    with pytest.raises(powerd.InvalidArgument, match="needs rate_hz"):
+        powerd.request(
+            kind="inference",
+            budget_w=15,
+            endpoint=f"ipc://{tmp_path}/nobody.sock",
+            required=required,
+        )

@@ -69,3 +69,22 @@ def test_sends_to_no_daemon_never_block(tmp_path: Path) -> None:
     finally:
         conn.close()
     assert not conn._thread.is_alive()
+
+
+def test_each_batch_reports_the_size_it_ran(tmp_path: Path) -> None:
+    conn = c.Connection(f"ipc://{tmp_path}/nobody.sock")
+    state = p.JobState(job="i" * 12, phase="tuned", budget_w=20, batch_size=16)
+    job = c.InferenceJob(conn, state)
+    conn.flush = None
+    try:
+        with job.batch(size=64):  # formed before powerd moved it to 16
+            pass
+        with job.batch():  # no size given: the one powerd chose
+            pass
+        with job.batch(size=16):
+            pass
+        (msg,) = job._take_batches(time.monotonic(), force=False)
+        assert msg.b == [64, 16, 16] and len(msg.d) == len(msg.t) == 3
+        assert p.decode_request(p.encode(msg)) == msg
+    finally:
+        job.close()

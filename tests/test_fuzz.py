@@ -242,7 +242,12 @@ def test_brackets_inside_strings_do_not_count_as_nesting() -> None:
 
 def test_a_bounded_steps_batch_still_fits_in_one_frame() -> None:
     t = [1e9 + i * 0.123456789 for i in range(p.MAX_STEPS_PER_MSG)]
-    msg = p.Steps(job="j" * p.MAX_ID_CHARS, t=t, d=[123.456789012345] * len(t))
+    msg = p.Steps(
+        job="j" * p.MAX_ID_CHARS,
+        t=t,
+        d=[123.456789012345] * len(t),
+        b=[p.MAX_BATCH_SIZE] * len(t),
+    )
     raw = p.encode(msg)
     assert len(raw) <= p.MAX_FRAME_BYTES
     assert p.decode_request(raw) == msg

@@ -162,3 +162,29 @@ def test_a_job_the_planner_cannot_set_up_reads_idle_with_the_reason_and_ticks_go
     pl.sync([spec], BUDGET_W, time.monotonic())  # the next tick: still idle, no raise
     pl.tick(time.monotonic())
     assert pl.phase_of("j0").phase == "idle" and not board.applied
+
+
+def test_batches_of_another_size_measure_nothing() -> None:
+    """A client reports each batch's size: batches formed at the previous size (a b=64 batch
+    that began after the switch to b=1) must not count as the new pair's (a user-testing
+    pass saw b=1 stored at b=64's 35 ms p99)."""
+    board = Board([10.5])
+    pl = planner(board)
+    register(pl)
+    pair = pl.window.pair
+    assert pair.batch_size == 1
+    t0 = time.monotonic() + 0.001
+    slow = t0 + 0.2 * np.arange(4)  # four 200 ms batches of 64 in the window
+    pl.feed("j1", list(slow + 0.2), [0.2] * 4, [64] * 4)
+    assert pl.window.batches == []
+    starts = t0 + 0.8 + BATCH_S * np.arange(9)
+    pl.feed("j1", list(starts + BATCH_S), [BATCH_S] * 9, [1] * 9)
+    assert len(pl.window.batches) == 9
+    pl.tick(starts[-1] + BATCH_S + 0.01)
+    m = pl.jobs["j1"].samples[pair]
+    assert m.batches == 9 and m.tail_ms < 40.0  # b=1's 35 ms, not b=64's 200 ms
+    # a client that reports no sizes (an older one): every batch counts, as before
+    pl2 = planner(Board([10.5]))
+    register(pl2)
+    pl2.feed("j1", list(slow + 0.2), [0.2] * 4)
+    assert len(pl2.window.batches) == 4

@@ -19,7 +19,6 @@ from waiting import first_true
 
 import powerd
 from powerd.cli import _ctl, format_status
-from powerd.errors import RequestFailed
 from powerd.sim.gpu import Gpu, idle_power
 from powerd.sim.harness import EmulatedBoard, knob_snapshot
 from powerd.sim.inference_job import load_batch_traces, run_inference_job
@@ -202,9 +201,27 @@ def test_an_inference_client_that_never_enters_batch_holds_nothing_up(board) -> 
 
 
 def test_an_inference_job_without_a_rate_is_refused(board) -> None:
+    import zmq
+
     eb, _ = board
-    with pytest.raises(RequestFailed, match="rate_hz"):
+    # the client checks it before sending (a ValueError, as any argument the protocol
+    # refuses) ...
+    with pytest.raises(powerd.InvalidArgument, match="rate_hz"):
         powerd.request(kind="inference", budget_w=BUDGET, endpoint=eb.endpoint)
+    # ... and the daemon refuses a client that does not
+    raw = {"v": 1, "id": 7, "type": "register", "kind": "inference", "budget_w": BUDGET}
+    sock = zmq.Context.instance().socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.connect(eb.endpoint)
+    try:
+        sock.send(json.dumps(raw).encode())
+        assert sock.poll(5000)
+        reply = json.loads(sock.recv())
+    finally:
+        sock.close()
+    assert reply["type"] == "error" and reply["code"] == "bad_request"
+    assert "needs rate_hz" in reply["message"]
+    assert eb.status()["jobs"] == []
 
 
 def _p99(xs) -> float:

@@ -847,3 +847,62 @@ def _new_inference_workload_probes(eb, gpu, batches, train_trace) -> None:
         # the emulator's 1 % noise, averaged over the readings; the training steps around
         # the batches draw more than the batches here (stale readings would read high)
         assert float(watts) == pytest.approx(row.power_w, abs=0.4), (row, watts)
+
+
+def test_after_an_admin_restore_interleaved_jobs_run_unmanaged_and_quietly(
+    board, batches, train_trace, caplog
+):
+    """Fails on the old client: after `powerctl restore` every step() and batch went to the
+    gate with the dead token, was refused, and logged 'gate: unknown_job: ...' (368 lines in
+    13 s in a user-testing pass)."""
+    import logging
+
+    caplog.set_level(logging.DEBUG, logger="powerd.client")
+    eb, gpu = board
+    _seed(eb, batches, ("emulated-inference",), train_trace)
+    before = knob_snapshot(eb.root)
+    trainer = _Trainer(eb, train_trace, gpu, max_s=120)
+    assert first_true(lambda: _phase_of(eb, "training") == "tuned", 20), eb.log_tail()
+    jobs: dict = {}
+    restored: dict = {}
+
+    def on_batch(inf, run) -> None:
+        jobs["inf"] = inf
+        if "at" not in restored and inf.phase == "tuned" and len(run.batch_sizes) > 20:
+            res = subprocess.run(
+                [
+                    sys.executable,
+                    "-c",
+                    "import sys; from powerd.cli import ctl_main; sys.exit(ctl_main(sys.argv[1:]))",
+                    "--config",
+                    str(eb.config_path),
+                    "restore",
+                ],
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            assert res.returncode == 0, res.stdout + res.stderr
+            restored["at"] = time.monotonic()
+            restored["sent"] = inf._gate.sent
+
+    run_inference_job(
+        gpu,
+        batches,
+        10.0,
+        duration_s=60,
+        budget_w=BUDGET,
+        latency_ms=3000,
+        endpoint=eb.endpoint,
+        wall_clock_goal=True,
+        on_batch=on_batch,
+    )
+    trainer.stop()
+    assert "at" in restored, eb.log_tail()
+    inf = jobs["inf"]
+    assert inf.phase == "idle" and "admin's restore" in inf.message
+    # at most the batches in flight around the release asked the gate; the rest ran unasked
+    assert inf._gate.sent - restored["sent"] <= 3, (inf._gate.sent, restored["sent"])
+    refused = [r for r in caplog.records if "unknown_job" in r.getMessage()]
+    assert not [r for r in refused if r.levelno >= logging.WARNING], refused[:3]
+    assert knob_snapshot(eb.root) == before
