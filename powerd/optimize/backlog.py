@@ -26,6 +26,15 @@ How long the batches must run back to back first (`backlog_span_s`):
   with less than a batch of it queued, its requests would wait for the batch to fill (at a
   low rate, seconds), longer than the backlog would have made them wait.
 
+After a drain (`after_drain_s`), hysteresis: the return to the served pair leaves queued
+what the client had gathered towards its next batch of the drain pair, less than a batch
+of it. The served pair works that off back to back for up to b_fast / (b/t - r) s: near
+the 0.9 * b/r limit far longer than a latency target's span (1.4 s for 32 requests with a
+batch of 1 at 200/s, 90 % busy; 1.8 s at 92 %), so the target's span alone takes that
+leftover for a new backlog, drains again, and does so after every drain. So for twice that
+time after the served pair's batches count again, they show no backlog; after it the
+check above applies as anywhere else, and a client that stalls again still starts a drain.
+
 Pure, like the rest of :mod:`powerd.optimize`: batch windows and measurements in,
 answers out.
 """
@@ -56,13 +65,22 @@ DRAINED_SHARE = 0.9
 # (else it drains hardly faster), and itself at most RECOVERY_MAX_SHARE busy at the rate.
 MIN_SPARE_GAIN = 0.1
 RECOVERY_MAX_SHARE = 0.8
+# After a drain, batches of the drain pair's size the served pair's first batches may be
+# working off: less than one is queued at the switch (the batch the client was filling), and
+# twice its work-off time covers a served pair running at up to half the spare capacity its
+# measured median batch time gives (the busy share counts mean batch times; the fit leaves
+# >= 10 % spare, so a pair measured at 90 % stays covered up to ~95 % busy).
+LEFTOVER_BATCHES = 2.0
 
 
-def busy_share(batches: Sequence[tuple[float, float]], span_s: float = 0.0) -> float | None:
+def busy_share(
+    batches: Sequence[tuple[float, float]], span_s: float = 0.0, since: float | None = None
+) -> float | None:
     """Share of the time between the first and the last batch end that batches ran, over
     the last WATCH_BATCHES (start, end) windows, more if needed to span `span_s`; None
-    when the batches seen do not reach that far."""
-    seen = list(batches)
+    when the batches seen do not reach that far. Batches that start before `since` are not
+    seen (after a drain: the ones that may work off the switch's leftover, `after_drain_s`)."""
+    seen = list(batches) if since is None else [w for w in batches if w[0] >= since]
     if len(seen) < WATCH_BATCHES:
         return None
     last = seen[-1][1]
@@ -88,11 +106,32 @@ def backlog_span_s(
     with `fast` (module docstring); None when the served pair does not drain at all."""
     if goal.latency_ms is not None:
         return goal.latency_ms / 1000.0
+    spare = _spare_hz(samples, goal, served)
+    return fast.batch_size / spare if spare is not None else None
+
+
+def after_drain_s(
+    samples: Mapping[Pair, PairMeasurement], goal: InferenceGoal, served: Pair, fast: Pair
+) -> float | None:
+    """How long, once `served`'s batches count again after a drain with `fast` ended, they
+    may still be working off what the switch left queued: LEFTOVER_BATCHES batches of
+    `fast` over `served`'s spare capacity (module docstring). Batches starting before then
+    show no backlog (`busy_share(..., since=...)`). None when `served` does not drain at the
+    rate (nor has `backlog_span_s` a span for it without a target)."""
+    spare = _spare_hz(samples, goal, served)
+    return LEFTOVER_BATCHES * fast.batch_size / spare if spare is not None else None
+
+
+def _spare_hz(
+    samples: Mapping[Pair, PairMeasurement], goal: InferenceGoal, served: Pair
+) -> float | None:
+    """Requests/s more than arrive that `served` takes with its batches back to back (its
+    measured median batch time); None when unmeasured or not more than the rate."""
     here = samples.get(served)
     if here is None or not here.batch_ms > 0:
         return None
-    spare = served.batch_size * 1000.0 / here.batch_ms - goal.rate_hz  # requests/s
-    return fast.batch_size / spare if spare > 0 else None
+    spare = served.batch_size * 1000.0 / here.batch_ms - goal.rate_hz
+    return spare if spare > 0 else None
 
 
 def recovery_pair(
