@@ -17,6 +17,7 @@ import collections
 import dataclasses
 import logging
 import math
+import shlex
 import threading
 import time
 from collections.abc import Callable
@@ -721,7 +722,8 @@ class ControlLoop:
                 pairs = self.inference_samples.of(name, True)
             n = sum(1 for m in (pairs or {}).values() if math.isfinite(m.power_w))
             hint = (
-                f"{name!r} has {n} measured inference pairs: ask with --kind inference --rate R"
+                f"{name!r} has {n} measured inference pairs: ask for its front with "
+                f"`powerctl pareto --workload {shlex.quote(name)} --kind inference --rate R`"
                 if n
                 else "a job with strategy powertrain fits one"
             )

@@ -41,6 +41,7 @@ from powerd.modes import PowerMode
 from powerd.optimize.backlog import (
     BACKLOG_SHARE,
     DRAINED_SHARE,
+    after_drain_s,
     backlog_span_s,
     busy_share,
     recovery_pair,
@@ -275,6 +276,9 @@ class _InfJob:
     # serving the fastest fit pair until the batches show the queue drained (see
     # powerd.optimize.backlog)
     draining: bool = False
+    # after a drain: served batches begun before this may be working off what the switch
+    # from the drain pair left queued, and show no backlog (powerd.optimize.backlog)
+    quiet_until: float | None = None
     # reported a batch since registering (or since a shared window it left empty): a job
     # that runs no batches takes no part in a shared solve and must not stall its windows
     active: bool = False
@@ -749,13 +753,16 @@ class InferenceJobsPlanner:
             if before is not None and before.pair == fast.pair and share is not None:
                 if share < DRAINED_SHARE:
                     job.draining = False
+                    quiet = after_drain_s(job.samples, goal, chosen.pair, fast.pair)
+                    job.quiet_until = time.monotonic() + self.spec.settle_s + (quiet or 0.0)
                     log.info(
                         "job %s: backlog drained (batches %.0f %% busy)", job.spec.id, 100 * share
                     )
                     return chosen
             return fast
         span = backlog_span_s(job.samples, goal, chosen.pair, fast.pair)
-        share = None if span is None else busy_share(job.served_ends, span_s=span)
+        since = job.quiet_until
+        share = None if span is None else busy_share(job.served_ends, span_s=span, since=since)
         if before is not None and before.pair == chosen.pair and share is not None:
             if share >= BACKLOG_SHARE:
                 job.draining = True

@@ -6,15 +6,18 @@ measured beforehand, so the job is served at once and nothing is profiled."""
 from __future__ import annotations
 
 import time
+import types
 
 import numpy as np
 
+import powerd.inference_planner as ip
 from powerd.cli import _job_detail
 from powerd.inference_planner import InferenceJobsPlanner, InferenceSamples, InferenceSettings
 from powerd.modes import PowerMode
 from powerd.optimize.inference import Pair, PairMeasurement
 from powerd.planner import BoardHooks, JobSpec
 from powerd.profiler import WindowSpec
+from tests.optimize.test_backlog_hysteresis import FAST, SERVED, TICK_S, Client
 
 MODES = np.array([(4, 1000, g, 1000) for g in (1, 2, 3)])
 BUDGET_W = 15.0
@@ -159,3 +162,93 @@ def test_without_a_latency_target_only_a_backlog_of_a_drain_pair_batch_is_draine
     # drained: the b=10 batches wait for their requests, and the least latency returns
     run_batches(pl, 0.040, 0.100)
     assert not job.draining and pl.serving["j1"].pair == pair(1, 1)
+
+
+# ---- hysteresis after a drain, on the planner itself (fake clock, simulated client) -----
+
+HYST_MODES = np.array([(4, 1000, g, 1000) for g in (1, 2, 3)])
+HYST_BUDGET_W = 15.0
+HYST_MEASURED = {SERVED.pair: (4.5, 9.0), FAST.pair: (19.2, 14.0)}
+
+
+class _HystModel:
+    def predict(self, modes, b):
+        sizes = np.broadcast_to(b, (len(modes),))
+        got = [
+            HYST_MEASURED.get(Pair(PowerMode(*map(int, x)), int(k)), (1e3, 99.0))
+            for x, k in zip(modes, sizes, strict=True)
+        ]
+        return np.array([t for t, _ in got]), np.array([p for _, p in got])
+
+
+def _run_with_stalls(monkeypatch, stalls, horizon=32.0, seed=2):
+    clock = [0.0]
+    monkeypatch.setattr(ip, "time", types.SimpleNamespace(monotonic=lambda: clock[0]))
+    hooks = BoardHooks(
+        apply_mode=lambda m: None,
+        power=lambda t0, t1: [],
+        submit_fit=lambda w: None,
+        persist=lambda w: None,
+        on_commit=lambda m, s, b: None,
+        workload=lambda kind, name, persistent: None,
+    )
+    spec = WindowSpec(settle_s=0.0, window_s=0.2, min_steps=3)
+    settings = InferenceSettings(batch_sizes=(1, 32), max_pairs=3, sensor_lag_s=0.0)
+    store = InferenceSamples(lambda name: None, lambda name, doc: None)
+    known = store.of("w", False)
+    for q, (t, p) in HYST_MEASURED.items():
+        known[q] = PairMeasurement(q, t, p, t, 40, 0.1, 50)
+    model = _HystModel()
+    pl = InferenceJobsPlanner(hooks, spec, HYST_MODES, store, lambda: lambda s: model, settings)
+    js = JobSpec(
+        id="j1",
+        kind="inference",
+        workload="w",
+        persistent=False,
+        budget_w=HYST_BUDGET_W,
+        registered=0.0,
+        latency_ms=300.0,
+        rate_hz=200.0,
+        batch_sizes=(1, 32),
+    )
+    pl.sync([js], HYST_BUDGET_W, 0.0)
+    pl.tick(0.0)
+    assert pl.serving["j1"].pair == SERVED.pair
+    client = Client(stalls, seed)
+    asked = SERVED.pair
+    starts = []
+    was = False
+    t = 0.0
+    while t < horizon:
+        t += TICK_S
+        clock[0] = t
+        done = [(s, e, p) for s, e, p in client.run(t)]
+        if done:
+            pl.feed(
+                "j1",
+                [e for _, e, _ in done],
+                [e - s for s, e, _ in done],
+                [p.batch_size for _, _, p in done],
+            )
+        pl.tick(t)
+        now = pl.serving["j1"].pair
+        if now != asked:
+            asked = now
+            client.ask(t, now)
+        d = pl.jobs["j1"].draining
+        if d and not was:
+            starts.append(round(t, 2))
+        was = d
+    return starts
+
+
+def test_a_drain_does_not_restart_on_what_the_switch_back_left_queued(monkeypatch):
+    """200/s, latency 300 ms, b=1 served at ~92 % busy, b=32 the drain pair; the client
+    stalls 5 s. The old rule drained 12 times (a user-testing pass saw 13 in 25 s)."""
+    got = _run_with_stalls(monkeypatch, [(2.0, 7.0)])
+    assert len(got) == 1, got
+
+
+def test_a_later_stall_still_starts_a_drain(monkeypatch):
+    got = _run_with_stalls(monkeypatch, [(2.0, 7.0), (18.0, 20.0)])
+    assert len(got) == 2 and 20.0 < got[1] < 20.4, got

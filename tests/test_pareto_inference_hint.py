@@ -38,7 +38,10 @@ def test_pareto_of_an_inference_workload_without_kind_says_to_ask_with_kind_infe
     assert ctl_main(["pareto", "--workload", "r18-infer"]) == 1
     err = capsys.readouterr().err
     assert "no fitted predictor for workload 'r18-infer'" in err
-    assert "'r18-infer' has 3 measured inference pairs: ask with --kind inference --rate R" in err
+    assert (
+        "'r18-infer' has 3 measured inference pairs: ask for its front with "
+        "`powerctl pareto --workload r18-infer --kind inference --rate R`"
+    ) in err
     assert "powertrain" not in err
     # a name nothing is known of keeps the training hint
     assert ctl_main(["pareto", "--workload", "never-ran"]) == 1

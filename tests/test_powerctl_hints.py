@@ -32,11 +32,6 @@ def _seed_pairs(eb: EmulatedBoard, trace: Trace, name: str, n: int) -> None:
     (d / "inference.json").write_text(json.dumps({"format": 1, "pairs": rows}))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="needs powerd/control.py's _predictions hint to name `powerctl pareto --workload W "
-    "--kind inference --rate R` (see the commit message); drop this marker with that change",
-)
 def test_the_predict_hint_for_an_inference_workload_is_a_command_that_works(
     board: EmulatedBoard, trace: Trace, capsys: pytest.CaptureFixture[str], monkeypatch
 ) -> None:
