@@ -230,7 +230,12 @@ class InterleaveJobsPlanner:
                 action.latency_ms,
                 action.power_w,
                 action.throughput_hz,
-                "feasible" if action.feasible else "latency target cannot be met",
+                "feasible"
+                if action.feasible
+                else "latency target cannot be met"
+                if action.drains
+                else f"the queue grows: {action.served_hz(self._goal.rate_hz):.1f} of "
+                f"{self._goal.rate_hz:g} requests/s served, one batch per training step",
             )
         self._set(action.pair)
         self.served = action
@@ -293,17 +298,31 @@ class InterleaveJobsPlanner:
                 batch_size=size,
                 gate="managed",
             )
-        best = None if s.feasible else s.latency_ms
-        msg = (
-            ""
-            if s.feasible
-            else (
+        if s.feasible:
+            msg = ""
+        elif not s.drains:
+            rate = self._goal.rate_hz if self._goal is not None else math.nan
+            step = self._median_step_ms()
+            msg = (
+                "interleaved: the queue grows: a batch waits for the training step in "
+                "flight"
+                + ("" if step is None else f" ({step:.0f} ms)")
+                + f", and no batch size within {b:g} W keeps up with {rate:g} requests/s; "
+                f"serving b={s.pair.batch_size}, about {s.served_hz(rate):.1f} requests/s"
+            )
+        else:
+            msg = (
                 f"interleaved: the latency target cannot be met under {b:g} W; serving with "
                 f"the best, {s.latency_ms:.1f} ms"
             )
-        )
         return JobView(
-            "tuned", msg, s.feasible, b, batch_size=size, best_latency_ms=best, gate="managed"
+            "tuned",
+            msg,
+            s.feasible,
+            b,
+            batch_size=size,
+            best_latency_ms=s.best_latency_ms,
+            gate="managed",
         )
 
     def culprit(self) -> tuple[str | None, PowerMode | None]:
@@ -374,7 +393,8 @@ class InterleaveJobsPlanner:
             out["p99_latency_ms"] = self._p99_latency(out)
             if self.served is not None:
                 out["predicted_latency_ms"] = self.served.latency_ms
-                out["best_latency_ms"] = None if self.served.feasible else self.served.latency_ms
+                out["best_latency_ms"] = self.served.best_latency_ms
+                out["queue_grows"] = not self.served.drains
             return out
         if job_id == self._train_id():
             recent = [h for h in self.holds if h[1] >= time.monotonic() - 5.0]

@@ -54,6 +54,14 @@ def throughput_bound_hz(b, rate_hz: float, t_inf_ms, t_tr_ms):
     return np.maximum(0.0, 1.0 - busy) / (np.asarray(t_tr_ms) / 1000.0)
 
 
+def served_hz(b: int, latency_ms: float, rate_hz: float) -> float:
+    """Requests per second a queue that never drains gets: one batch of b per batch and
+    step, t_inf + t_tr = latency_ms - (b-1)/r (the interleaved worst case without the
+    fill)."""
+    busy_ms = latency_ms - (b - 1) * 1000.0 / rate_hz
+    return b * 1000.0 / busy_ms if busy_ms > 0 else math.inf
+
+
 def cycle_steps(b: int, rate_hz: float, t_inf_ms: float, t_tr_ms: float) -> int:
     """k = floor((b/r - t_inf) / t_tr): training steps per cycle of a strict schedule."""
     return max(0, math.floor((b * 1000.0 / rate_hz - t_inf_ms) / t_tr_ms))
@@ -87,10 +95,18 @@ class ServeJoint:
     power_w: float  # max(P_tr, P_inf), measured
     throughput_hz: float  # predicted work-conserving training steps/s (from measurements)
     cycle_steps: int
+    # the inference queue keeps up (a batch delayed by a step ends before the next is due);
+    # False: no pair measured within the budget does, and this one serves the most
+    # requests per second (latency_ms then bounds nothing: the queue grows)
+    drains: bool = True
 
     @property
     def best_latency_ms(self) -> float | None:
-        return None if self.feasible else self.latency_ms
+        return None if self.feasible or not self.drains else self.latency_ms
+
+    def served_hz(self, rate_hz: float) -> float:
+        """Requests per second served at one batch per step: b / (t_inf + t_tr)."""
+        return served_hz(self.pair.batch_size, self.latency_ms, rate_hz)
 
 
 InterleaveAction = MeasureJoint | ServeJoint
@@ -243,7 +259,23 @@ class InterleavePlanner:
         low_w = max(low[2], low[4])
         if can_measure and low_w > goal.budget_w and np.isfinite(pmax[i]) and pmax[i] < low_w:
             return MeasureJoint(self._pairs[i])
-        return self._serve(goal, low, False)
+        within = [j for j in joint if max(j[2], j[4]) <= goal.budget_w]
+        if not within:
+            return self._serve(goal, low, False, drains=False)
+        # The queue grows whatever runs (a batch waits for a training step, and a step is
+        # longer than a batch takes to fill): serve the most requests per second, one
+        # batch per step, b / (t_inf + t_tr); a larger batch size predicted within the
+        # budget that would serve more is measured first.
+        most = max(within, key=lambda j: j[0].batch_size / (j[1] + j[3]))
+        if can_measure:
+            rate = b / (ti_m + tt_m)
+            bound = most[0].batch_size / (most[1] + most[3]) * (1 + self.min_gain)
+            nxt = _best(
+                ~measured & (np.maximum(pm_i, pm_t) <= goal.budget_w) & (rate > bound), -rate, lat
+            )
+            if nxt is not None:
+                return MeasureJoint(self._pairs[nxt])
+        return self._serve(goal, most, False, drains=False)
 
     # -- helpers ---------------------------------------------------------------------------
     def _anchor_probe(self, goal, anchor, train, good, measured, t_i, p_i, t_tr, p_tr):
@@ -293,7 +325,7 @@ class InterleavePlanner:
         pair, ti, _pi, tt, _pt = j
         return float(interleaved_latency_ms(pair.batch_size, goal.rate_hz, ti, tt))
 
-    def _serve(self, goal: InterleaveGoal, j, feasible: bool) -> ServeJoint:
+    def _serve(self, goal: InterleaveGoal, j, feasible: bool, drains: bool = True) -> ServeJoint:
         pair, ti, pi, tt, pt = j
         return ServeJoint(
             pair,
@@ -302,6 +334,7 @@ class InterleavePlanner:
             max(pi, pt),
             self._thr(goal, j),
             cycle_steps(pair.batch_size, goal.rate_hz, ti, tt),
+            drains,
         )
 
 
