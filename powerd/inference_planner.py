@@ -440,6 +440,7 @@ class InferenceJobsPlanner:
             )
 
     def tick(self, now: float) -> None:
+        self.mark_quiet(now)
         active = self._active()
         if len(active) >= 2:
             self.tick_joint(active, now)
@@ -542,11 +543,15 @@ class InferenceJobsPlanner:
             return self._joint_view(job, size)
         driver = self._driver()
         if driver is not job:
-            why = (
-                "not running batches yet (enter job.batch() for each batch)"
-                if not job.active
-                else f"waiting for inference job {driver.spec.id if driver else '?'} to be served"
-            )
+            if job.active:
+                why = f"waiting for inference job {driver.spec.id if driver else '?'} to be served"
+            elif job.batches:
+                why = (
+                    f"no batch for {time.monotonic() - job.batches[-1][1]:.0f} s: left out "
+                    "of the plan until it runs one"
+                )
+            else:
+                why = "not running batches yet (enter job.batch() for each batch)"
             return JobView(
                 "queued",
                 why,
@@ -821,6 +826,29 @@ class InferenceJobsPlanner:
         if self.batch_size.get(job.spec.id) != b:
             self.batch_size[job.spec.id] = b
             job.size_since = time.monotonic()
+
+    def quiet_for(self, job: _InfJob, now: float) -> float | None:
+        """How long a job that ran batches has run none, if that is long enough to leave it
+        out of a plan (a server idle at night): `rate_drift_s`, and at least 4 intervals
+        of its batches at its rate; else None."""
+        if not job.batches:
+            return None
+        b = self.batch_size.get(job.spec.id) or 1
+        quiet = now - job.batches[-1][1]
+        limit = max(self.settings.rate_drift_s, 4.0 * b / job.session.goal.rate_hz)
+        return quiet if quiet > limit else None
+
+    def mark_quiet(self, now: float) -> None:
+        """Leave jobs that stopped running batches out of the plan until they run one (a
+        shared plan kept a stopped job's batches, and the others paid for them)."""
+        for job in self._live():
+            if job.active and (quiet := self.quiet_for(job, now)) is not None:
+                job.active = False
+                log.info(
+                    "job %s: no batch for %.0f s: left out of the plan until it runs one",
+                    job.spec.id,
+                    quiet,
+                )
 
     def _live(self) -> list[_InfJob]:
         live = [j for i, j in self.jobs.items() if i not in self.released]

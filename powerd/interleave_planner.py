@@ -175,6 +175,7 @@ class InterleaveJobsPlanner:
                 self.probe.holds.append((start, end))
 
     def tick(self, now: float) -> None:
+        self.inf.mark_quiet(now)
         tr, ij = self._train_job(), self.inf._driver()
         if tr is None or ij is None or self._goal is None:
             return
@@ -294,6 +295,16 @@ class InterleaveJobsPlanner:
                 "profiling",
                 "interleaved: measuring a (mode, batch size)",
                 None,
+                b,
+                batch_size=size,
+                gate="managed",
+            )
+        if b is not None and s.power_w > b:
+            # over the budget whatever runs: the board holds the least power measured
+            return JobView(
+                "idle",
+                "interleaved: no measured (mode, batch size) pair stays within the budget",
+                False,
                 b,
                 batch_size=size,
                 gate="managed",

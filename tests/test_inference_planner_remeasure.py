@@ -188,3 +188,36 @@ def test_batches_of_another_size_measure_nothing() -> None:
     register(pl2)
     pl2.feed("j1", list(slow + 0.2), [0.2] * 4)
     assert len(pl2.window.batches) == 4
+
+
+def test_a_job_that_stops_running_batches_is_left_out_of_a_shared_plan() -> None:
+    """Two inference jobs share the board; one stops (a server idle at night). Fails on the
+    old planner: the stopped job read `tuned` and stayed in the shared plan, the other paid
+    for its batches (a user-testing pass)."""
+    pl = planner(Board([10.5]))
+    pl.settings = dataclasses.replace(pl.settings, rate_drift_s=0.5)
+    s1 = register(pl, "j1")
+    s2 = dataclasses.replace(s1, id="j2")
+    pl.sync([s1, s2], BUDGET_W, time.monotonic())
+    t0 = time.monotonic()
+    for k in range(6):  # both run batches: one shared plan
+        for job in ("j1", "j2"):
+            start = t0 + 0.1 * k
+            pl.feed(job, [start + BATCH_S], [BATCH_S])
+    pl.tick(t0 + 0.6)
+    assert set(pl.joint_ids) == {"j1", "j2"}
+    last_j1 = t0 + 0.5 + BATCH_S
+    for k in range(6, 20):  # only j2 goes on
+        start = t0 + 0.1 * k
+        pl.feed("j2", [start + BATCH_S], [BATCH_S])
+    pl.tick(last_j1 + 0.4)  # 0.4 s without a batch: not yet
+    assert "j1" in pl.joint_ids
+    pl.tick(last_j1 + 1.5)
+    assert not pl.jobs["j1"].active and "j1" not in pl.joint_ids
+    view = pl.phase_of("j1")
+    assert view.phase == "queued" and "no batch for" in view.message
+    # it runs a batch again: back in the plan
+    start = last_j1 + 1.6
+    pl.feed("j1", [start + BATCH_S], [BATCH_S])
+    pl.tick(start + 0.1)
+    assert pl.jobs["j1"].active and set(pl.joint_ids) == {"j1", "j2"}

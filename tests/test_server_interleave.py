@@ -388,7 +388,7 @@ def test_inference_then_training_and_inference_leaves_first(board, batches, trai
     assert trainer.steps > 0 and out["inf"].latencies_ms
 
 
-def _seed(eb, batches, names, train=None) -> None:
+def _seed(eb, batches, names, train=None, extra_w: float = 0.0) -> None:
     """Store measurements for inference workloads `names` and the training workload
     "mobilenet" (the traces' values on the wall clock, as the daemon would have measured
     them): workloads profiled before are served from what was measured, so these tests
@@ -419,7 +419,7 @@ def _seed(eb, batches, names, train=None) -> None:
                     "batch_size": b,
                     "batch_ms": row.time_ms * SCALE,
                     "batch_p99_ms": row.time_ms * SCALE * 1.05,
-                    "power_w": row.power_w,
+                    "power_w": row.power_w + extra_w,
                     "batches": 20,
                 }
             )
@@ -906,3 +906,37 @@ def test_after_an_admin_restore_interleaved_jobs_run_unmanaged_and_quietly(
     refused = [r for r in caplog.records if "unknown_job" in r.getMessage()]
     assert not [r for r in refused if r.levelno >= logging.WARNING], refused[:3]
     assert knob_snapshot(eb.root) == before
+
+
+def test_an_interleaved_job_that_no_pair_fits_reads_idle_not_tuned(board, batches, train_trace):
+    """Every measured pair of the inference workload draws over the budget: the board holds
+    the least power measured, and both jobs say no pair stays within the budget (they read
+    `tuned` with 'the latency target cannot be met', as if power were not the cause)."""
+    eb, gpu = board
+    _seed(eb, batches, ("hot-inference",), train_trace, extra_w=30.0)
+    trainer = _Trainer(eb, train_trace, gpu)
+    assert first_true(lambda: _phase_of(eb, "training") == "tuned", 20), eb.log_tail()
+    views: list[dict] = []
+
+    def on_batch(inf, run) -> None:
+        if len(run.batch_sizes) % 5 == 0:
+            views.append(next(j for j in eb.status()["jobs"] if j["kind"] == "inference"))
+
+    run_inference_job(
+        gpu,
+        batches,
+        10.0,
+        duration_s=20,
+        budget_w=BUDGET,
+        latency_ms=3000,
+        workload="hot-inference",
+        endpoint=eb.endpoint,
+        wall_clock_goal=True,
+        on_batch=on_batch,
+    )
+    trainer.stop()
+    assert views, eb.log_tail()
+    assert not [v for v in views if v["phase"] == "tuned"], views
+    idle = [v for v in views if v["phase"] == "idle"]  # after the probes (profiling)
+    assert idle and all(v["feasible"] is False for v in idle), views
+    assert "no measured (mode, batch size) pair stays within the budget" in idle[-1]["message"]
