@@ -13,7 +13,7 @@ import pytest
 from powerd.cli import ctl_main, format_status
 from powerd.sim.harness import EmulatedBoard
 from powerd.sim.trace import Trace
-from powerd.store import Store
+from tests.inference_seed import seed_pairs
 
 
 @pytest.fixture
@@ -22,23 +22,13 @@ def board(trace: Trace) -> Iterator[EmulatedBoard]:
         yield b
 
 
-def _seed_pairs(eb: EmulatedBoard, trace: Trace, name: str, n: int) -> None:
-    d = Store(eb.state_dir).workload_dir(eb.status()["board_key"], name)
-    d.mkdir(parents=True, exist_ok=True)
-    rows = [
-        {**r.mode.as_dict(), "batch_size": 4, "batch_ms": 20.0, "power_w": r.power_w}
-        for r in trace.rows[:n]
-    ]
-    (d / "inference.json").write_text(json.dumps({"format": 1, "pairs": rows}))
-
-
 def test_the_predict_hint_for_an_inference_workload_is_a_command_that_works(
     board: EmulatedBoard, trace: Trace, capsys: pytest.CaptureFixture[str], monkeypatch
 ) -> None:
     """`powerctl predict --workload ut7-det` said "ask with --kind inference --rate R", and
     `powerctl predict ... --kind inference --rate 30` is a usage error (predict has no such
     options): the hint names the pareto command, and that command answers."""
-    _seed_pairs(board, trace, "ut7-det", 7)
+    seed_pairs(board, trace, "ut7-det", 7)
     monkeypatch.setenv("POWERD_ENDPOINT", board.endpoint)
     assert ctl_main(["predict", "--workload", "ut7-det"]) == 1
     err = capsys.readouterr().err
