@@ -226,6 +226,40 @@ class PairWindow:
             return False
         return now - self.opens >= self.spec.window_s
 
+    def over_budget(
+        self,
+        power: Callable[[float, float], Sequence[tuple[float, float]]],
+        budget_w: float,
+        now: float,
+        lag_s: float = 0.0,
+    ) -> float | None:
+        """The power (W) that ends this window early, as it ends a training probe: the last
+        `min_abort_samples` readings all over the budget + `abort_margin_w` (over whatever
+        runs), or that many readings inside batches whose mean is; else None. A b=64 window
+        at 20/s takes 16 s to see its 5 batches: that long over the budget is not a probe."""
+        if now < self.opens:
+            return None
+        k = max(1, self.spec.min_abort_samples)
+        limit = budget_w + self.spec.abort_margin_w
+        recent = [w for _, w in power(self.opens, now)][-k:]
+        if len(recent) == k and min(recent) > limit:
+            return float(np.mean(recent))
+        if self.batches:
+            m = self.measure(power, lag_s)
+            if m.power_n >= k and m.power_w > limit:
+                return m.power_w
+        return None
+
+    def stopped_over(self, power_w: float) -> PairMeasurement:
+        """What a window stopped over the budget tells: its power, and its batch times so
+        far (NaN when none finished: the pair is known not to fit, its speed is not)."""
+        d = np.array([(e - s) * 1000.0 for s, e in self.batches])
+        if not len(d):
+            return PairMeasurement(self.pair, math.nan, power_w, None, 0)
+        return PairMeasurement(
+            self.pair, float(np.median(d)), power_w, float(np.percentile(d, 99)), len(d)
+        )
+
     def measure(
         self, power: Callable[[float, float], Sequence[tuple[float, float]]], lag_s: float = 0.0
     ) -> PairMeasurement:
@@ -452,9 +486,13 @@ class InferenceJobsPlanner:
         self._watch_rate(job, now)
         w = self.window
         if w is not None and self.window_job == job.spec.id:
-            if not w.ready(now):
+            over = self._over(w, now)
+            if over is not None:
+                self._record(job, w, " (stopped: over the budget)", over)
+            elif not w.ready(now):
                 return
-            self._record(job, w, " (covering the rate axis)" if w.cover else "")
+            else:
+                self._record(job, w, " (covering the rate axis)" if w.cover else "")
             self.window, self.window_job = None, None
         action = job.session.next_action(job.samples)
         if isinstance(action, MeasurePair):
@@ -879,9 +917,13 @@ class InferenceJobsPlanner:
                 self.serving.pop(j.spec.id, None)
         self.joint_training = training
         if self.joint_windows is not None:
-            if not self._joint_window_done(now):
+            over = next(
+                (o for w in self.joint_windows.values() if (o := self._over(w, now)) is not None),
+                None,
+            )
+            if over is None and not self._joint_window_done(now):
                 return
-            self._finish_joint(active)
+            self._finish_joint(active, over)
         key = (
             tuple((j.spec.id, j.session.goal, len(j.samples)) for j in active),
             self.budget_w,
@@ -971,31 +1013,48 @@ class InferenceJobsPlanner:
         )
         return now - opens > max(4 * self.spec.window_s + 1.0, 2 * self.spec.min_steps * fill_s)
 
-    def _record(self, job: _InfJob, w: PairWindow, how: str) -> None:
-        """A finished window's pair: into the job's samples and session, and the store."""
-        m = pooled(job.samples.get(w.pair), w.measure(self.hooks.power, self.settings.sensor_lag_s))
+    def _over(self, w: PairWindow, now: float) -> float | None:
+        """The power that stops window `w` early (see PairWindow.over_budget), or None."""
+        if self.budget_w is None:
+            return None
+        return w.over_budget(self.hooks.power, self.budget_w, now, self.settings.sensor_lag_s)
+
+    def _record(self, job: _InfJob, w: PairWindow, how: str, over_w: float | None = None) -> None:
+        """A finished window's pair (`over_w`: stopped early at that power): into the job's
+        samples and session, and the store."""
+        got = (
+            w.stopped_over(over_w)
+            if over_w is not None
+            else w.measure(self.hooks.power, self.settings.sensor_lag_s)
+        )
+        m = got if over_w is not None else pooled(job.samples.get(w.pair), got)
         job.samples[m.pair] = m
         job.session.measured(m.pair)
         self.store.save(job.spec.workload, job.spec.persistent)
         log.info(
-            "job %s: measured %s b=%d%s: p99 %.1f ms/batch at %.2f W (%d batches%s; %s)",
+            "job %s: measured %s b=%d%s: %s at %.2f W (%d batches%s; %s)",
             job.spec.id,
             m.pair.mode,
             m.pair.batch_size,
             how,
-            m.tail_ms,
+            f"p99 {m.tail_ms:.1f} ms/batch" if math.isfinite(m.tail_ms) else "no batch finished",
             m.power_w,
             m.batches,
             f", {m.windows} windows pooled" if m.windows > 1 else "",
-            power_source(m),
+            "the readings of its last moments" if over_w is not None else power_source(m),
         )
 
-    def _finish_joint(self, active: list[_InfJob]) -> None:
+    def _finish_joint(self, active: list[_InfJob], over_w: float | None = None) -> None:
+        """Record a shared window; `over_w`: stopped early, power over the budget (every
+        job's pair at this mode is recorded at that power: the set does not fit)."""
         ws = self.joint_windows or {}
         self.joint_windows = None
         for j in active:
             w = ws.get(j.spec.id)
             if w is None:
+                continue
+            if over_w is not None:
+                self._record(j, w, " (shared; stopped: over the budget)", over_w)
                 continue
             if len(w.batches) < max(1, self.spec.min_steps):
                 # it ran (almost) no batches: out of the shared solve until it runs again
@@ -1008,7 +1067,9 @@ class InferenceJobsPlanner:
             w0 = next(iter(ws.values()))
             mode = w0.pair.mode
             holds = [h for h in tr.holds if h[0] >= w0.opens]
-            if holds:
+            if over_w is not None:
+                tr.record(mode, Measurement(mode, math.nan, over_w, len(holds), True))
+            elif holds:
                 tw = PairWindow(w0.pair, w0.applied, self.spec, holds)
                 tm = tw.measure(self.hooks.power, self.settings.sensor_lag_s)
                 tr.record(mode, Measurement(mode, tm.batch_ms, tm.power_w, len(holds), False))

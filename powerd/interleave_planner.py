@@ -208,9 +208,16 @@ class InterleaveJobsPlanner:
             enough = len(self.probe.holds) >= self.spec.min_steps
             # training that gets no turn at all (batches fill the GPU) must not stall a probe
             late = now - self.probe.infer.opens > 4 * self.spec.window_s + 1.0
-            if not (self.probe.infer.ready(now) and (enough or late)):
+            over = (
+                None
+                if self.budget_w is None
+                else self.probe.infer.over_budget(
+                    self.hooks.power, self.budget_w, now, self.settings.sensor_lag_s
+                )
+            )
+            if over is None and not (self.probe.infer.ready(now) and (enough or late)):
                 return
-            self._finish_probe(ij, joint)
+            self._finish_probe(ij, joint, over)
         planner = self._planner(ij.session.planner.batch_sizes)
         train = {**tr[1].samples, **joint}
         anchor = tr[1].remembered(self.budget_w) if self.budget_w is not None else None
@@ -534,11 +541,21 @@ class InterleaveJobsPlanner:
             self._planners[sizes] = planner
         return planner
 
-    def _finish_probe(self, ij: Any, joint: dict[PowerMode, Measurement]) -> None:
+    def _finish_probe(
+        self, ij: Any, joint: dict[PowerMode, Measurement], over_w: float | None = None
+    ) -> None:
+        """Record the probe's pair and the training steps beside it; `over_w`: the probe
+        was stopped early, power over the budget (whatever ran: the mode is known not to
+        fit the pair, and is not proposed again)."""
         probe = self.probe
         assert probe is not None
-        m = probe.infer.measure(self.hooks.power, self.settings.sensor_lag_s)
-        m = pooled(ij.samples.get(m.pair), m)
+        if over_w is not None:
+            m = probe.infer.stopped_over(over_w)
+        else:
+            m = pooled(
+                ij.samples.get(probe.pair),
+                probe.infer.measure(self.hooks.power, self.settings.sensor_lag_s),
+            )
         ij.samples[m.pair] = m
         self.inf.store.save(ij.spec.workload, ij.spec.persistent)
         # training: the same measure over the gate's holds
@@ -548,16 +565,21 @@ class InterleaveJobsPlanner:
             t_tr, p_tr = tm.batch_ms, tm.power_w
         else:
             t_tr, p_tr = math.nan, math.nan
-        joint[probe.pair.mode] = Measurement(probe.pair.mode, t_tr, p_tr, len(probe.holds), False)
+        if over_w is not None:
+            p_tr = over_w if not math.isfinite(p_tr) else max(p_tr, over_w)
+        joint[probe.pair.mode] = Measurement(
+            probe.pair.mode, t_tr, p_tr, len(probe.holds), over_w is not None
+        )
         self.probes += 1
         log.info(
-            "interleaved probe %s b=%d: batch p99 %.1f ms at %.2f W (%s), step %.1f ms at %.2f W",
+            "interleaved probe %s b=%d%s: batch %s at %.2f W (%s), step %s at %.2f W",
             probe.pair.mode,
             probe.pair.batch_size,
-            m.tail_ms,
+            "" if over_w is None else " (stopped: over the budget)",
+            f"p99 {m.tail_ms:.1f} ms" if math.isfinite(m.tail_ms) else "none finished",
             m.power_w,
-            power_source(m),
-            t_tr,
+            power_source(m) if over_w is None else "the readings of its last moments",
+            f"{t_tr:.1f} ms" if math.isfinite(t_tr) else "none measured",
             p_tr,
         )
         self.probe = None

@@ -6,10 +6,13 @@ for the windows, the batches and readings are placed on it)."""
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
+import math
 import time
 
 import numpy as np
+import pytest
 
 from powerd.inference_planner import InferenceJobsPlanner, InferenceSamples, InferenceSettings
 from powerd.modes import PowerMode
@@ -39,12 +42,16 @@ class Board:
         self.levels = levels
         self.calls = 0
         self.applied: list[PowerMode] = []
+        self.windows: list[float] = []  # when each window's batches began (run_window)
 
     def apply(self, mode: PowerMode) -> None:
         self.applied.append(mode)
 
     def power(self, t0: float, t1: float):
-        level = self.levels[min(self.calls, len(self.levels) - 1)]
+        # the window a reading falls in picks its level (the planner reads a window more
+        # than once: for the over-budget check and for the measurement)
+        k = bisect.bisect_right(self.windows, t1) - 1 if self.windows else self.calls
+        level = self.levels[min(max(k, 0), len(self.levels) - 1)]
         self.calls += 1
         ts = np.arange(t0, t1 + 1e-9, 0.005)
         return [(float(t), level + (0.3 if i % 2 else -0.3)) for i, t in enumerate(ts)]
@@ -70,6 +77,7 @@ def planner(board: Board, rate_change_pairs: int = 8) -> InferenceJobsPlanner:
 def run_window(pl: InferenceJobsPlanner, job_id: str) -> None:
     """Batches of 35 ms back to back for 0.3 s from now, then the tick that ends the window."""
     t0 = time.monotonic() + 0.001
+    pl.hooks.power.__self__.windows.append(t0)  # the Board: a new window's level from here
     starts = t0 + BATCH_S * np.arange(9)
     pl.feed(job_id, list(starts + BATCH_S), [BATCH_S] * len(starts))
     pl.tick(t0 + 9 * BATCH_S + 0.01)
@@ -221,3 +229,41 @@ def test_a_job_that_stops_running_batches_is_left_out_of_a_shared_plan() -> None
     pl.feed("j1", [start + BATCH_S], [BATCH_S])
     pl.tick(start + 0.1)
     assert pl.jobs["j1"].active and set(pl.joint_ids) == {"j1", "j2"}
+
+
+def test_a_pair_window_over_the_budget_stops_at_once_not_after_its_batches() -> None:
+    """A probe at b=64 and 20/s needs 16 s for its 5 batches; over the budget it must stop
+    within a few readings, as a training probe does (a user-testing pass saw 16 s at 44 W
+    under a 25 W budget). Fails on the old planner: the window waited for its batches."""
+    board = Board([13.5])  # 2.5 W over the 11 W budget (abort margin 1 W)
+    pl = planner(board)
+    register(pl)
+    w = pl.window
+    assert w is not None
+    g2 = w.pair
+    pl.tick(time.monotonic() + 0.05)  # no batch has finished yet
+    m = pl.jobs["j1"].samples[g2]
+    assert m.power_w == pytest.approx(13.5, abs=0.31) and math.isnan(m.batch_ms)
+    assert pl.window is None or pl.window.pair != g2  # not measured again
+    assert pl.serving.get("j1") is None or pl.serving["j1"].pair != g2
+
+
+def test_over_budget_readings_inside_batches_stop_a_window() -> None:
+    """Idle gaps read low; the batches' own readings over the budget stop the window."""
+    from powerd.inference_planner import PairWindow
+
+    w = PairWindow(Pair(PowerMode(4, 1000, 2, 1000), 4), 0.0, WindowSpec(0.0, 1.0, 5))
+    for k in range(3):
+        w.add(0.1 + 0.2 * k, 0.15 + 0.2 * k)
+
+    def power(t0, t1):  # 14 W inside the batches, 8 W between them, a reading every 10 ms
+        ts = np.arange(0.0, 0.7, 0.01)
+        busy = [any(s <= t <= e for s, e in w.batches) for t in ts]
+        return [
+            (float(t), 14.0 if b else 8.0) for t, b in zip(ts, busy, strict=True) if t0 <= t <= t1
+        ]
+
+    assert w.over_budget(power, 15.0, 0.7) is None  # within 15 W + 1 W
+    assert w.over_budget(power, 11.0, 0.7) == pytest.approx(14.0)
+    stopped = w.stopped_over(14.0)
+    assert stopped.batches == 3 and stopped.batch_ms == pytest.approx(50.0)
