@@ -833,7 +833,12 @@ class InferenceJob(Job):
     def batch_size(self) -> int:
         """The batch size powerd chose: form batches of exactly this size. It changes when
         powerd re-solves (a rate, budget or job change): read it for each batch."""
-        return self._state.batch_size or 1
+        if self._state.batch_size:
+            return self._state.batch_size
+        # before the daemon's first answer: the smallest size the job said it can run (a
+        # model that runs only 8 or 16 must not be told 1)
+        sizes = self._register.batch_sizes if self._register is not None else None
+        return min(sizes) if sizes else 1
 
     @property
     def feasible(self) -> bool:

@@ -306,6 +306,11 @@ class _InfJob:
     told_rate: float | None = None  # the rate the client last told us
     resolves: int = 0
     told_size: tuple[int, int] | None = None  # the last (reported, asked) size mismatch logged
+    # batches of the pair the job runs now (its size and mode), for the p99 status shows:
+    # a probe's b=64 batches must not read as the served b=1 pair's
+    current: collections.deque = field(
+        default_factory=lambda: collections.deque(maxlen=RECENT_BATCHES)
+    )
     size_since: float = 0.0  # when powerd last asked this job for another batch size
     # serving the fastest fit pair until the batches show the queue drained (see
     # powerd.optimize.backlog)
@@ -459,6 +464,8 @@ class InferenceJobsPlanner:
                 if t - d > job.size_since + self.spec.settle_s:
                     self._other_size(job, size, asked)
                 continue
+            if t - d >= job.size_since:
+                job.current.append((t - d, t))
             if served and t - d >= job.served_since:
                 job.served_ends.append((t - d, t))
 
@@ -702,7 +709,7 @@ class InferenceJobsPlanner:
             "latency_ms": g.latency_ms,
             "rate_hz": g.rate_hz,
             "observed_rate_hz": job.observed_rate,
-            "p99_batch_ms": _p99(job.batches),
+            "p99_batch_ms": _p99(job.current),
             "p99_latency_ms": _p99_latency(job, g),
             "predicted_latency_ms": None if served is None else served.latency_ms,
             "best_latency_ms": None if served is None else served.best_latency_ms,
@@ -727,7 +734,7 @@ class InferenceJobsPlanner:
             out["gpu_share"] = s.gpu_share
             # measured worst case: the batch fills, then may wait behind one batch of every
             # other job (the p99s of all the shared jobs' batches)
-            p99s = [_p99(self.jobs[j].batches) for j in self.joint_ids if j in self.jobs]
+            p99s = [_p99(self.jobs[j].current) for j in self.joint_ids if j in self.jobs]
             known = [x for x in p99s if x is not None]
             rate = self.jobs[job_id].session.goal.rate_hz
             out["p99_latency_ms"] = (
@@ -858,12 +865,20 @@ class InferenceJobsPlanner:
             self.mode = None  # unknown until the switch succeeded
             self.hooks.apply_mode(pair.mode)
             self.mode = pair.mode
+            for j in self.jobs.values():
+                self.new_pair(j)
         self._ask_size(job, pair.batch_size)
 
     def _ask_size(self, job: _InfJob, b: int) -> None:
         if self.batch_size.get(job.spec.id) != b:
             self.batch_size[job.spec.id] = b
-            job.size_since = time.monotonic()
+            self.new_pair(job)
+
+    def new_pair(self, job: _InfJob) -> None:
+        """The job runs another pair from now (a batch size or a mode): its recent batch
+        times start afresh."""
+        job.size_since = time.monotonic()
+        job.current.clear()
 
     def quiet_for(self, job: _InfJob, now: float) -> float | None:
         """How long a job that ran batches has run none, if that is long enough to leave it
@@ -1157,6 +1172,8 @@ class InferenceJobsPlanner:
             self.mode = None  # unknown until the switch succeeded
             self.hooks.apply_mode(mode)
             self.mode = mode
+            for j in self.jobs.values():
+                self.new_pair(j)
 
 
 def _p99(batches: Sequence[tuple[float, float]]) -> float | None:
@@ -1167,7 +1184,7 @@ def _p99(batches: Sequence[tuple[float, float]]) -> float | None:
 
 def _p99_latency(job: _InfJob, goal: InferenceGoal) -> float | None:
     """Worst-case request latency from the measured p99 batch time: (b-1)/r + p99."""
-    p99 = _p99(job.batches)
+    p99 = _p99(job.current)
     if p99 is None or job.session.served is None:
         return None
     return float(worst_latency_ms(job.session.served.pair.batch_size, goal.rate_hz, p99))

@@ -585,6 +585,9 @@ class InterleaveJobsPlanner:
         self.probe = None
 
     def _set(self, pair: Pair) -> None:
+        if pair.mode != self.mode or pair.batch_size != self.batch_size:
+            for ij in self.inf.jobs.values():
+                self.inf.new_pair(ij)  # the batch times status shows are this pair's
         if pair.mode != self.mode:
             self.mode = None
             self.hooks.apply_mode(pair.mode)

@@ -88,3 +88,17 @@ def test_each_batch_reports_the_size_it_ran(tmp_path: Path) -> None:
         assert p.decode_request(p.encode(msg)) == msg
     finally:
         job.close()
+
+
+def test_before_the_daemon_answers_the_batch_size_is_one_the_job_can_run(tmp_path: Path) -> None:
+    """It read 1 for a job registered with batch_sizes=(8, 16) (a user-testing pass)."""
+    conn = c.Connection(f"ipc://{tmp_path}/nobody.sock")
+    reg = p.Register(kind="inference", budget_w=15, rate_hz=30, batch_sizes=[16, 8])
+    job = c.InferenceJob(conn, p.JobState(job="i" * 12, phase="queued", budget_w=15), reg)
+    conn.flush = None
+    try:
+        assert job.batch_size == 8
+        job._state = job._state.model_copy(update={"batch_size": 16})
+        assert job.batch_size == 16  # the daemon's choice once it has made one
+    finally:
+        job.close()

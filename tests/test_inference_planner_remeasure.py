@@ -267,3 +267,20 @@ def test_over_budget_readings_inside_batches_stop_a_window() -> None:
     assert w.over_budget(power, 11.0, 0.7) == pytest.approx(14.0)
     stopped = w.stopped_over(14.0)
     assert stopped.batches == 3 and stopped.batch_ms == pytest.approx(50.0)
+
+
+def test_the_p99_status_shows_is_of_the_pair_the_job_runs_now() -> None:
+    """Status read 'b=1 ... measured p99 242.6 ms' from an earlier b=64 probe's batches (a
+    user-testing pass): the batch times behind it are the current pair's only."""
+    pl = planner(Board([10.5]))
+    register(pl)
+    t0 = time.monotonic() + 0.001
+    slow = t0 + 0.3 * np.arange(20)
+    pl.feed("j1", list(slow + 0.25), [0.25] * 20)  # 250 ms batches at the first pair
+    assert pl.job_extra("j1")["p99_batch_ms"] == pytest.approx(250.0)
+    pl.new_pair(pl.jobs["j1"])  # a switch (another size or mode)
+    assert pl.job_extra("j1")["p99_batch_ms"] is None  # nothing of the new pair yet
+    t1 = time.monotonic() + 0.001
+    fast = t1 + 0.05 * np.arange(20)
+    pl.feed("j1", list(fast + BATCH_S), [BATCH_S] * 20)
+    assert pl.job_extra("j1")["p99_batch_ms"] == pytest.approx(BATCH_S * 1000.0)
