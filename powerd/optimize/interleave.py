@@ -519,10 +519,12 @@ class JointPlanner:
             alike = [r for r in measured_all if r[0] <= least + POWER_TIE_W]
             pw, excess, worst, combo, k = min(alike, key=lambda r: (r[1] > 1.0, r[2], r[0]))
             return self._serve(jobs, per_job, training, ((pw, 0.0), combo, k), modes)
-        # Nothing measured, nothing that can be: the lowest predicted power, flagged.
+        # Nothing measured, nothing that can be: the least mode (every knob at its lowest,
+        # the least power whatever the model says: a fresh workload's predictions put it
+        # at 36 W once), flagged, at the smallest batch sizes.
         sizes0 = tuple(0 for _ in jobs)
-        power = np.max([v[1][:, 0] for v in per_job], axis=0)
-        k = int(np.argmin(np.where(np.isfinite(power), power, np.inf)))
+        m = np.asarray(modes)
+        k = int(np.lexsort(m.T[::-1])[0])
         return self._serve(jobs, per_job, training, ((0.0, 0.0), sizes0, k), modes)
 
     def _eval(self, jobs, per_job, training, tvals, combo) -> dict[str, np.ndarray]:

@@ -197,3 +197,27 @@ def test_over_the_budget_whatever_runs_readings_within_noise_tie_on_latency() ->
     assert isinstance(served, ServeSet) and not served.within_budget
     # 2.5 mW less is no reason for a 2.5 s worst case: b=4 (the lower latency) is served
     assert served.sizes == (4, 4)
+
+
+class _Inverted:
+    """A pair model that has power backwards: the least mode predicted to draw the most."""
+
+    def predict(self, modes, b):
+        from pair_models import Model
+
+        t, p = Model().predict(modes, b)
+        return t, 60.0 - p
+
+
+def test_with_nothing_measured_and_nothing_measurable_the_least_mode_is_served() -> None:
+    """Not the lowest *predicted* power: a plan logged at 36 W under a 20 W budget was
+    pinned once (a fresh workload's predictions, a just-killed job still registered)."""
+    from pair_models import MODES, SIZES
+
+    pl = InferencePlanner(MODES, SIZES, lambda s: _Inverted(), max_pairs=3)
+    goals = [InferenceGoal(30, 20, 200), InferenceGoal(100, 20, 300)]
+    stuck = [JointJob(g, pl, {}, can_measure=False) for g in goals]
+    served = JointPlanner().next_action(stuck)
+    assert isinstance(served, ServeSet)
+    least = PowerMode(*(int(v) for v in np.min(np.asarray(MODES), axis=0)))
+    assert served.mode == least
