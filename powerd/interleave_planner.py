@@ -293,7 +293,9 @@ class InterleaveJobsPlanner:
             return JobView("queued", "registered: waiting for the control loop", None, b)
         size = self.batch_size if job_id == self._inf_id() else None
         if job_id in self.train and job_id != self._train_id():
-            return JobView("queued", "another training job interleaves", None, b)
+            # it still runs: its steps take turns at the gate, or its kernels would run
+            # into the inference batches the plan gives the GPU to
+            return JobView("queued", "another training job interleaves", None, b, gate="managed")
         if job_id in self.inf.jobs and job_id != self._inf_id():
             return JobView("queued", "another inference job interleaves", None, b)
         s = self.served

@@ -944,3 +944,44 @@ def test_an_interleaved_job_that_no_pair_fits_reads_idle_not_tuned(board, batche
     idle = [v for v in views if v["phase"] == "idle"]  # after the probes (profiling)
     assert idle and all(v["feasible"] is False for v in idle), views
     assert "no measured (mode, batch size) pair stays within the budget" in idle[-1]["message"]
+
+
+def test_a_second_training_job_joining_an_interleaved_pair_takes_turns_at_the_gate(
+    board, batches, train_trace
+):
+    """It read `queued` and stepped ungated beside the gated pair (a user-testing pass): on
+    a real GPU its kernels would run into the batches the plan gives the GPU to."""
+    eb, gpu = board
+    _seed(eb, batches, ("emulated-inference",), train_trace)
+    trainer = _Trainer(eb, train_trace, gpu)
+    assert first_true(lambda: _phase_of(eb, "training") == "tuned", 20), eb.log_tail()
+    seen: dict = {}
+
+    def on_batch(inf, run) -> None:
+        if len(run.batch_sizes) == 10 and "second" not in seen:
+            job = powerd.request(budget_w=BUDGET, workload="second", endpoint=eb.endpoint)
+            seen["second"] = job
+            t_end = time.monotonic() + 3.0
+            while time.monotonic() < t_end:
+                job.step()
+                time.sleep(0.01)
+            seen["gate"] = job._state.gate
+            seen["entered"] = 0 if job._turns is None else job._turns.sent
+            seen["phase"] = job.phase
+            job.close()
+
+    run_inference_job(
+        gpu,
+        batches,
+        10.0,
+        duration_s=30,
+        budget_w=BUDGET,
+        latency_ms=3000,
+        endpoint=eb.endpoint,
+        wall_clock_goal=True,
+        on_batch=on_batch,
+    )
+    trainer.stop()
+    assert "second" in seen, eb.log_tail()
+    assert seen["phase"] == "queued"
+    assert seen["gate"] == "managed" and seen["entered"] > 0, seen
