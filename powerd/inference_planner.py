@@ -196,8 +196,11 @@ def _busy_readings(readings: Sequence[float]) -> np.ndarray:
     return w[w >= med - 3.0 * sigma]
 
 
-def power_source(m: PairMeasurement) -> str:
-    """Where a pair's power came from, for the log."""
+def power_source(m: PairMeasurement, stopped: bool = False) -> str:
+    """Where a pair's power came from, for the log (`stopped`: a window ended early, over
+    the budget)."""
+    if stopped:
+        return "the readings of its last moments"
     if m.power_n:
         return f"{m.power_n} readings inside batches"
     return "too few readings inside batches: the window's highest"
@@ -311,7 +314,7 @@ class _InfJob:
     current: collections.deque = field(
         default_factory=lambda: collections.deque(maxlen=RECENT_BATCHES)
     )
-    size_since: float = 0.0  # when powerd last asked this job for another batch size
+    pair_since: float = 0.0  # when the job last got another pair (batch size or mode)
     # serving the fastest fit pair until the batches show the queue drained (see
     # powerd.optimize.backlog)
     draining: bool = False
@@ -461,10 +464,10 @@ class InferenceJobsPlanner:
             if size is not None and asked is not None and size != asked:
                 # batches formed before the switch still come for a while; one begun well
                 # after it is a client that keeps a size of its own
-                if t - d > job.size_since + self.spec.settle_s:
+                if t - d > job.pair_since + self.spec.settle_s:
                     self._other_size(job, size, asked)
                 continue
-            if t - d >= job.size_since:
+            if t - d >= job.pair_since:
                 job.current.append((t - d, t))
             if served and t - d >= job.served_since:
                 job.served_ends.append((t - d, t))
@@ -861,12 +864,7 @@ class InferenceJobsPlanner:
             self._resolve(job, obs, f"observed for {self.settings.rate_drift_s:g} s")
 
     def _set(self, job: _InfJob, pair: Pair) -> None:
-        if pair.mode != self.mode:
-            self.mode = None  # unknown until the switch succeeded
-            self.hooks.apply_mode(pair.mode)
-            self.mode = pair.mode
-            for j in self.jobs.values():
-                self.new_pair(j)
+        self._set_mode(pair.mode)
         self._ask_size(job, pair.batch_size)
 
     def _ask_size(self, job: _InfJob, b: int) -> None:
@@ -877,7 +875,7 @@ class InferenceJobsPlanner:
     def new_pair(self, job: _InfJob) -> None:
         """The job runs another pair from now (a batch size or a mode): its recent batch
         times start afresh."""
-        job.size_since = time.monotonic()
+        job.pair_since = time.monotonic()
         job.current.clear()
 
     def quiet_for(self, job: _InfJob, now: float) -> float | None:
@@ -1056,7 +1054,7 @@ class InferenceJobsPlanner:
             m.power_w,
             m.batches,
             f", {m.windows} windows pooled" if m.windows > 1 else "",
-            "the readings of its last moments" if over_w is not None else power_source(m),
+            power_source(m, stopped=over_w is not None),
         )
 
     def _finish_joint(self, active: list[_InfJob], over_w: float | None = None) -> None:

@@ -435,9 +435,7 @@ class InterleaveJobsPlanner:
         night): `rate_drift_s`, and at least 4 batch intervals at its rate."""
         if not ij.batches:
             return not ij.active and ij.spec.steps == 0
-        b = self.batch_size or 1
-        quiet_s = max(self.settings.rate_drift_s, 4.0 * b / ij.session.goal.rate_hz)
-        return now - ij.batches[-1][1] > quiet_s
+        return self.inf.quiet_for(ij, now) is not None
 
     def _train_alone(self, tr: tuple[JobSpec, Any], ij: Any, now: float) -> None:
         """No batch yet: tune the training job as if it were alone (a known budget goes
@@ -580,7 +578,7 @@ class InterleaveJobsPlanner:
             "" if over_w is None else " (stopped: over the budget)",
             f"p99 {m.tail_ms:.1f} ms" if math.isfinite(m.tail_ms) else "none finished",
             m.power_w,
-            power_source(m) if over_w is None else "the readings of its last moments",
+            power_source(m, stopped=over_w is not None),
             f"{t_tr:.1f} ms" if math.isfinite(t_tr) else "none measured",
             p_tr,
         )

@@ -180,9 +180,7 @@ class Gate(_Msg):
     job: JobId
     token: str = Field(max_length=64)
     op: Literal["enter", "leave"]
-    size: int | None = Field(
-        None, ge=1, le=MAX_BATCH_SIZE
-    )  # the batch size about to run / that ran
+    size: BatchSize | None = None  # the batch size about to run / that ran
     t: FiniteFloat | None = None  # client CLOCK_MONOTONIC seconds of the event
 
 
