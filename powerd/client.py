@@ -1078,12 +1078,13 @@ class _Batch:
 
     def __enter__(self) -> _Batch:
         state = self._job._state
+        # the size this batch runs: the caller's, else powerd's choice as the batch begins
+        # (read once: powerd may change `batch_size` while the batch runs)
+        self._size = self._size or self._job.batch_size
         self._managed = state.gate == "managed" and bool(state.gate_token)
         if self._managed:
             self._state = state
-            self.waited_s, refused = self._job._gate.enter(
-                state, self._size or self._job.batch_size
-            )
+            self.waited_s, refused = self._job._gate.enter(state, self._size)
             if refused is not None:
                 self._job._gate_refused(state)
                 self._managed = False
@@ -1094,10 +1095,10 @@ class _Batch:
         t1 = time.monotonic()
         if self._managed and self._state is not None:
             # Give the GPU back first: the other job may be waiting on it.
-            self._job._gate.leave(self._state, self._size or self._job.batch_size, t1)
+            self._job._gate.leave(self._state, self._size, t1)
         # the size it ran: a batch formed before powerd changed `batch_size` is not one of
         # the new size, and must not be measured as one
-        self._job._sizes.append(self._size or self._job.batch_size)
+        self._job._sizes.append(self._size)
         self._job._durations.append(t1 - self._t0)
         self._job._steps.append(t1)
 
