@@ -84,6 +84,22 @@ def _switch_ms(eb, kind: str) -> float | None:
     return None
 
 
+def _serve(eb, gpu, batches, duration_s: float, **kw):
+    """ResNet-18 inference at 10/s, 3 s target and the board's budget, through the client
+    (the goal in wall-clock units): the inference job these tests join and leave."""
+    return run_inference_job(
+        gpu,
+        batches,
+        10.0,
+        duration_s=duration_s,
+        budget_w=BUDGET,
+        latency_ms=3000,
+        endpoint=eb.endpoint,
+        wall_clock_goal=True,
+        **kw,
+    )
+
+
 class _Stop(Exception):
     pass
 
@@ -147,17 +163,7 @@ def test_training_then_inference_joins_and_leaves_first(board, batches, train_tr
             if seen["tuned_batches"] == 20:
                 seen["later"] = eb.status()
 
-    run = run_inference_job(
-        gpu,
-        batches,
-        10.0,
-        duration_s=70,
-        budget_w=BUDGET,
-        latency_ms=3000,
-        endpoint=eb.endpoint,
-        wall_clock_goal=True,
-        on_batch=on_batch,
-    )
+    run = _serve(eb, gpu, batches, 70, on_batch=on_batch)
     left = time.monotonic()
     assert "st" in seen, eb.log_tail()
     st = seen["st"]
@@ -234,17 +240,7 @@ def test_inference_then_training_joins_and_leaves_first(board, batches, train_tr
                     inf.batch_size,
                 )
 
-    run = run_inference_job(
-        gpu,
-        batches,
-        10.0,
-        duration_s=75,
-        budget_w=BUDGET,
-        latency_ms=3000,
-        endpoint=eb.endpoint,
-        wall_clock_goal=True,
-        on_batch=on_batch,
-    )
+    run = _serve(eb, gpu, batches, 75, on_batch=on_batch)
     assert "trainer" in state, eb.log_tail()
     state["trainer"].join()
     assert "run" in out and out["run"].steps > 0
@@ -329,17 +325,7 @@ def test_training_then_inference_and_training_leaves_first(board, batches, train
             if eb.status()["planner"] == "inference" and inf._state.gate == "open":
                 state["alone"] = time.monotonic()
 
-    run = run_inference_job(
-        gpu,
-        batches,
-        10.0,
-        duration_s=65,
-        budget_w=BUDGET,
-        latency_ms=3000,
-        endpoint=eb.endpoint,
-        wall_clock_goal=True,
-        on_batch=on_batch,
-    )
+    run = _serve(eb, gpu, batches, 65, on_batch=on_batch)
     trainer.thread.join()
     assert state.get("managed"), eb.log_tail()
     assert trainer.steps > 0
@@ -355,16 +341,7 @@ def test_inference_then_training_and_inference_leaves_first(board, batches, trai
     inf_thread = threading.Thread(
         target=lambda: out.setdefault(
             "inf",
-            run_inference_job(
-                gpu,
-                batches,
-                10.0,
-                duration_s=40,
-                budget_w=BUDGET,
-                latency_ms=3000,
-                endpoint=eb.endpoint,
-                wall_clock_goal=True,
-            ),
+            _serve(eb, gpu, batches, 40),
         )
     )
     inf_thread.start()
@@ -818,17 +795,7 @@ def _new_inference_workload_probes(eb, gpu, batches, train_trace) -> None:
     _seed(eb, batches, (), train_trace)  # training known; the inference workload is new
     trainer = _Trainer(eb, train_trace, gpu)
     assert first_true(lambda: _phase_of(eb, "training") == "tuned", 20), eb.log_tail()
-    run_inference_job(
-        gpu,
-        batches,
-        10.0,
-        duration_s=40,
-        budget_w=BUDGET,
-        latency_ms=3000,
-        workload="new-inference",
-        endpoint=eb.endpoint,
-        wall_clock_goal=True,
-    )
+    _serve(eb, gpu, batches, 40, workload="new-inference")
     trainer.stop()
     lines = [
         ln
@@ -890,17 +857,7 @@ def test_after_an_admin_restore_interleaved_jobs_run_unmanaged_and_quietly(
             restored["at"] = time.monotonic()
             restored["sent"] = inf._gate.sent
 
-    run_inference_job(
-        gpu,
-        batches,
-        10.0,
-        duration_s=60,
-        budget_w=BUDGET,
-        latency_ms=3000,
-        endpoint=eb.endpoint,
-        wall_clock_goal=True,
-        on_batch=on_batch,
-    )
+    _serve(eb, gpu, batches, 60, on_batch=on_batch)
     trainer.stop()
     assert "at" in restored, eb.log_tail()
     inf = jobs["inf"]
@@ -926,18 +883,7 @@ def test_an_interleaved_job_that_no_pair_fits_reads_idle_not_tuned(board, batche
         if len(run.batch_sizes) % 5 == 0:
             views.append(next(j for j in eb.status()["jobs"] if j["kind"] == "inference"))
 
-    run_inference_job(
-        gpu,
-        batches,
-        10.0,
-        duration_s=20,
-        budget_w=BUDGET,
-        latency_ms=3000,
-        workload="hot-inference",
-        endpoint=eb.endpoint,
-        wall_clock_goal=True,
-        on_batch=on_batch,
-    )
+    _serve(eb, gpu, batches, 20, workload="hot-inference", on_batch=on_batch)
     trainer.stop()
     assert views, eb.log_tail()
     assert not [v for v in views if v["phase"] == "tuned"], views
@@ -970,17 +916,7 @@ def test_a_second_training_job_joining_an_interleaved_pair_takes_turns_at_the_ga
             seen["phase"] = job.phase
             job.close()
 
-    run_inference_job(
-        gpu,
-        batches,
-        10.0,
-        duration_s=30,
-        budget_w=BUDGET,
-        latency_ms=3000,
-        endpoint=eb.endpoint,
-        wall_clock_goal=True,
-        on_batch=on_batch,
-    )
+    _serve(eb, gpu, batches, 30, on_batch=on_batch)
     trainer.stop()
     assert "second" in seen, eb.log_tail()
     assert seen["phase"] == "queued"
