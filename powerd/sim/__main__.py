@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import shutil
 import signal
 import sys
 import tempfile
@@ -56,18 +57,19 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, ValueError) as exc:
         print(f"cannot load trace {trace_path}: {exc}", file=sys.stderr)
         return 2
+    if args.reuse and args.root is None:
+        print("--reuse needs --root", file=sys.stderr)
+        return 2
     root = args.root or Path(tempfile.mkdtemp(prefix=f"powerd-sim-{args.board}-"))
-    if args.reuse:
-        if args.root is None:
-            print("--reuse needs --root", file=sys.stderr)
-            return 2
-    else:
+    if not args.reuse:
         try:
             build_tree(
                 root, args.board, trace, l4t=args.l4t, seed=args.seed, hwmon_index=args.hwmon_index
             )
         except ValueError as exc:
             print(f"cannot build the {args.board} tree: {exc}", file=sys.stderr)
+            if args.root is None:  # ours, and of no use to anyone now
+                shutil.rmtree(root, ignore_errors=True)
             return 2
     stop = threading.Event()
 

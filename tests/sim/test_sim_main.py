@@ -3,6 +3,7 @@
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -51,7 +52,10 @@ def test_cli_runs_until_sigterm(sim_root: Path) -> None:
             proc.wait()
 
 
-def test_cli_rejects_a_bad_trace(sim_root: Path, capsys) -> None:
+def test_cli_rejects_a_bad_trace(sim_root: Path, capsys, monkeypatch, tmp_path: Path) -> None:
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     assert main(["--trace", str(sim_root / "nope.csv")]) == 2
     assert "cannot load trace" in capsys.readouterr().err
     assert main(["--reuse"]) == 2  # --reuse needs --root
+    assert "--reuse needs --root" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []  # a refused run leaves no tree behind
