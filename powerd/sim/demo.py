@@ -1,5 +1,6 @@
 """The demo: an emulated Orin AGX, the real daemon, and an emulated MobileNet v3 training job
-asking for 25 W. Prints progress while powerd profiles, then how good its pick was.
+asking for 25 W (on --board orin-nano: that board's own ResNet-18 trace). Prints progress
+while powerd profiles, then how good its pick was.
 
 With --serve: only the emulated board and the daemon, until Ctrl-C, so that one's own
 training script can ask for a budget (export the POWERD_ENDPOINT it prints)."""
@@ -13,9 +14,10 @@ import threading
 import time
 
 from powerd.modes import PowerMode
+from powerd.sim.__main__ import DEFAULT_TRACES
 from powerd.sim.harness import EmulatedBoard, knob_snapshot
 from powerd.sim.job import run_training_job
-from powerd.sim.trace import TRACE_DIR, Trace
+from powerd.sim.trace import Trace
 
 
 def _mode_str(m: object) -> str:
@@ -73,15 +75,20 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--budget", type=float, default=25.0)
     ap.add_argument("--strategy", default="powertrain", choices=["powertrain", "binary-search"])
-    ap.add_argument("--trace", default=str(TRACE_DIR / "orin_agx_mobilenetv3_gld23k_train.csv"))
-    ap.add_argument("--board", default="orin-agx", choices=["orin-agx", "orin-nano"])
+    ap.add_argument("--board", default="orin-agx", choices=sorted(DEFAULT_TRACES))
+    ap.add_argument("--trace", help="trace CSV (default: a bundled one for the board)")
+    ap.add_argument(
+        "--batch-size",
+        type=int,
+        help="inference traces: the batch size to replay as the job's steps (default: smallest)",
+    )
     ap.add_argument(
         "--time-scale",
         type=float,
         default=0.05,
         help="emulated step times are the trace's times this much (default 0.05)",
     )
-    ap.add_argument("--workload", default="mobilenetv3-gld23k-bs16")
+    ap.add_argument("--workload", help="the job's workload name (default: the trace's)")
     ap.add_argument(
         "--serve",
         action="store_true",
@@ -89,17 +96,25 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = ap.parse_args(argv)
 
-    trace = Trace.load(args.trace)
+    trace_path = args.trace or DEFAULT_TRACES[args.board]
+    try:
+        trace = Trace.load(trace_path, batch_size=args.batch_size)
+    except (OSError, ValueError) as exc:
+        print(f"demo: cannot load trace {trace_path}: {exc}", file=sys.stderr)
+        return 2
     if args.serve:
         return serve(args.board, trace, args.time_scale, args.strategy)
     best = trace.best_under(args.budget)
+    bs = f"-bs{args.batch_size}" if args.batch_size else ""
+    workload = args.workload or trace.name + bs
+    board = _start_board(args.board, trace, args.time_scale, args.strategy)
+    if board is None:
+        return 2
     print(
-        f"powerd demo: emulated {args.board} running {trace.name} "
+        f"powerd demo: emulated {args.board} running {trace.name}{bs} "
         f"({len(trace)} traced modes), budget {args.budget:g} W, strategy {args.strategy}"
     )
-    with EmulatedBoard(
-        args.board, trace, time_scale=args.time_scale, strategy=args.strategy
-    ) as board:
+    try:
         baseline = knob_snapshot(board.root)
         print(f"daemon up at {board.endpoint} (log: {board.daemon_log})")
         progress = Progress(board)
@@ -108,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
             board.root,
             trace,
             args.budget,
-            args.workload,
+            workload,
             args.time_scale,
             endpoint=board.endpoint,
             stay_tuned_s=1.0,
@@ -120,6 +135,8 @@ def main(argv: list[str] | None = None) -> int:
         while time.monotonic() < deadline and knob_snapshot(board.root) != baseline:
             time.sleep(0.1)
         restored = knob_snapshot(board.root) == baseline
+    finally:
+        board.stop()
 
     chosen = run.final_mode
     print()
@@ -158,6 +175,20 @@ def main(argv: list[str] | None = None) -> int:
     return 0 if restored and over <= 0.5 else 1
 
 
+def _start_board(
+    board_name: str, trace: Trace, time_scale: float, strategy: str
+) -> EmulatedBoard | None:
+    """The started board, or None after a one-line error when the trace does not fit it
+    (more cores than the board has, say): a usage error, not a traceback."""
+    board = EmulatedBoard(board_name, trace, time_scale=time_scale, strategy=strategy)
+    try:
+        board.start()
+    except ValueError as exc:
+        print(f"demo: cannot emulate {board_name}: {exc}", file=sys.stderr)
+        return None
+    return board
+
+
 def serve(board_name: str, trace: Trace, time_scale: float, strategy: str) -> int:
     """The daemon on an emulated board until SIGINT/SIGTERM; then the board is restored."""
     stop = threading.Event()
@@ -167,7 +198,10 @@ def serve(board_name: str, trace: Trace, time_scale: float, strategy: str) -> in
 
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
-    with EmulatedBoard(board_name, trace, time_scale=time_scale, strategy=strategy) as board:
+    board = _start_board(board_name, trace, time_scale, strategy)
+    if board is None:
+        return 2
+    try:
         baseline = knob_snapshot(board.root)
         print(
             f"powerd is serving an emulated {board_name} ({trace.name}, time scale "
@@ -193,6 +227,8 @@ def serve(board_name: str, trace: Trace, time_scale: float, strategy: str) -> in
             f"{'yes' if restored else 'NO'}",
             flush=True,
         )
+    finally:
+        board.stop()
     return 0 if rc == 0 and restored else 1
 
 

@@ -110,22 +110,28 @@ class EmulatedBoard:
 
     # -- lifecycle ------------------------------------------------------------------------
     def start(self) -> EmulatedBoard:
-        self.dir.mkdir(parents=True, exist_ok=True)
-        build_tree(self.root, self.board, self.trace, l4t=self.l4t)
-        self.emulator = Emulator(
-            self.root,
-            self.board,
-            self.trace,
-            time_scale=self.time_scale,
-            seed=self.seed,
-            # the INA3221 converts every few ms; unscaled, 50 ms would be 1-2 s of board time
-            power_interval_s=max(0.004, 0.05 * self.time_scale),
-            idle_w=idle_power_w(self.trace),  # an idle board reads idle, not busy
-            **self.emulator_options,
-        )
-        self.emulator.start()
-        self.config_path.write_text(dump_toml(self.config))
-        self.start_daemon()
+        try:
+            self.dir.mkdir(parents=True, exist_ok=True)
+            build_tree(self.root, self.board, self.trace, l4t=self.l4t)
+            self.emulator = Emulator(
+                self.root,
+                self.board,
+                self.trace,
+                time_scale=self.time_scale,
+                seed=self.seed,
+                # the INA3221 converts every few ms; unscaled, 50 ms would be 1-2 s of board time
+                power_interval_s=max(0.004, 0.05 * self.time_scale),
+                idle_w=idle_power_w(self.trace),  # an idle board reads idle, not busy
+                **self.emulator_options,
+            )
+            self.emulator.start()
+            self.config_path.write_text(dump_toml(self.config))
+            self.start_daemon()
+        except BaseException:
+            # `with` never reaches __exit__ when __enter__ fails: stop what did start and
+            # remove the temporary tree (a trace the board cannot hold left it behind)
+            self.stop()
+            raise
         return self
 
     def start_daemon(self, timeout_s: float = 20.0) -> None:
