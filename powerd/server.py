@@ -263,13 +263,11 @@ class Daemon:
             reply = self._job_state(job, req.id)
         # no wake-up: the control path picks the job up on its next tick (<= 20 ms), and
         # 200 jobs connecting at once must not make it run 200 times
-        log.info(
-            "job %s registered: workload %s, budget %g W, pid %s",
-            job_id,
-            job.workload,
-            budget,
-            req.pid,
-        )
+        goal = f"budget {budget:g} W"
+        if req.step_time_ms is not None:  # its budget is only the cap on the target's search
+            cap = " (the admin's budget.max_w)" if req.budget_w is None else ""
+            goal = f"step-time target {req.step_time_ms:g} ms, power cap {budget:g} W{cap}"
+        log.info("job %s registered: workload %s, %s, pid %s", job_id, job.workload, goal, req.pid)
         return reply
 
     def _on_steps(self, req: p.Steps, owner: Owner, now: float) -> p.BaseModel:
@@ -297,7 +295,15 @@ class Daemon:
             self.registry.claims += 1
             if req.budget_w != job.budget_w:
                 self.registry.set_budget(job, req.budget_w)
-                log.info("job %s: budget now %g W", job.id, req.budget_w)
+                if job.step_time_ms is None:
+                    log.info("job %s: budget now %g W", job.id, req.budget_w)
+                else:
+                    log.info(
+                        "job %s: power cap now %g W (step-time target %g ms)",
+                        job.id,
+                        req.budget_w,
+                        job.step_time_ms,
+                    )
             # a view computed for another effective budget never reads `tuned` (_job_state)
             return self._job_state(job, req.id)
 

@@ -141,6 +141,15 @@ class Tuner:
             self.state = "deciding"
 
     @property
+    def goal(self) -> str:
+        """What this tuner is after, for the log: the budget, or a step-time target and
+        the power cap it is searched under."""
+        target = getattr(self.strategy, "step_time_ms", None)
+        if target is None:
+            return f"at {self.budget_w:g} W"
+        return f"for {target:g} ms/step within {self.budget_w:g} W"
+
+    @property
     def feasible(self) -> bool | None:
         """Whether the committed mode's measured power fits the budget (None: not decided)."""
         return None if self.committed is None else self.committed.feasible
@@ -233,6 +242,13 @@ class Tuner:
                 f"no measured mode meets {target:g} ms per step within {self.budget_w:g} W: "
                 "holding the fastest measured"
             )
+        if target is not None:  # the pin's own log line names only the power cap
+            log.info(
+                "%s %s: %s",
+                w.name,
+                self.goal,
+                "target met" if action.feasible else "target not met, holding the fastest measured",
+            )
         if m is not None:
             self.hooks.on_commit(action.mode, m)
         return True
@@ -316,9 +332,9 @@ class Tuner:
         if action is None:
             self._refine_done = True
             log.info(
-                "%s at %g W: nothing more to measure after the commit (%d measured, room %d)",
+                "%s %s: nothing more to measure after the commit (%d measured, room %d)",
                 self.workload.name,
-                self.budget_w,
+                self.goal,
                 self.refined,
                 room,
             )
@@ -329,9 +345,9 @@ class Tuner:
         self.refined += 1
         self._refining = True
         log.info(
-            "%s at %g W: measuring %s after the commit (%d so far, room %d)",
+            "%s %s: measuring %s after the commit (%d so far, room %d)",
             self.workload.name,
-            self.budget_w,
+            self.goal,
             action.mode,
             self.refined,
             room - 1,
