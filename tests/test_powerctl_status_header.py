@@ -42,3 +42,28 @@ def test_the_status_header_names_the_default_budget_when_jobs_set_a_lower_one() 
     # no job budget below the default: one figure
     line = _budget_line(25.0, 25.0)
     assert line == "budget    25 W (limits 5-60 W)", line
+
+
+def test_a_step_time_jobs_fastest_measured_time_is_rounded_like_other_measured_times() -> None:
+    job = {
+        "id": "abc",
+        "workload": "st",
+        "phase": "tuned",
+        "kind": "training",
+        "budget_w": 80.0,
+        "objective": "step_time",
+        "step_time_ms": 0.5,
+        "fastest_ms": 0.8895129940356128,
+        "steps": 2008,
+        "profiled_modes": 12,
+    }
+    status = {
+        "board": "orin-agx",
+        "mode": None,
+        "power_w": 9.5,
+        "budget_w": 80.0,
+        "limits_w": {"min": 5, "max": 80},
+        "jobs": [job],
+    }
+    line = next(ln for ln in format_status(status).splitlines() if ln.startswith("  abc "))
+    assert "step time 0.5 ms within 80 W (fastest measured 0.9 ms)" in line, line
