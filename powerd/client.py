@@ -61,6 +61,10 @@ MAX_QUEUED_STEPS = 65_536  # steps waiting for the connection thread; beyond: ol
 GONE_AFTER_BEATS = 3  # heartbeats without any answer: the daemon is gone, the job a no-op
 GONE_AFTER_MIN_S = 2.0
 REREGISTER_RETRY_S = 3.0
+# What a job reads while powerd does not manage it (not answering, released by an admin):
+# nothing is decided for it, as for a job the daemon itself released (feasible None), not
+# the verdict of a pin that no longer holds
+_UNMANAGED = {"feasible": None, "fastest_ms": None, "best_latency_ms": None}
 
 
 def connect_endpoint(endpoint: str) -> str:
@@ -566,7 +570,9 @@ class Job:
 
     @property
     def feasible(self) -> bool | None:
-        """False when no mode meets the budget; None until the daemon decided."""
+        """False when no mode meets the budget; None while nothing is decided for the job
+        (before the daemon decides, and while it does not manage the job: released, or
+        not answering)."""
         return self._state.feasible
 
     @property
@@ -683,7 +689,12 @@ class Job:
             )
             with self._lock:
                 self._state = self._state.model_copy(
-                    update={"phase": "idle", "mode": None, "message": "powerd is not answering"}
+                    update={
+                        "phase": "idle",
+                        "mode": None,
+                        "message": "powerd is not answering",
+                        **_UNMANAGED,
+                    }
                 )
         if self._rereg_id is not None and now - self._rereg_at > REREGISTER_RETRY_S:
             self._rereg_id = None  # no answer: the next unknown_job tries again
@@ -804,6 +815,7 @@ class Job:
                 "mode": None,
                 "gate": "open",
                 "gate_token": None,
+                **_UNMANAGED,
             }
             if released:
                 update["message"] = err.message
@@ -1111,7 +1123,6 @@ class NoopJob:
     batch_size = 1
     connected = False
     steps_dropped = 0
-    feasible = True
     best_latency_ms = None
     message = "no powerd daemon: running without power management"
     objective = "power_budget"  # no daemon: nothing is pinned either way
@@ -1119,6 +1130,9 @@ class NoopJob:
     def __init__(self, kind: str, budget_w: float | None):
         self.kind = kind
         self.budget_w = budget_w
+        # nothing decided, as for a Job whose daemon is gone (InferenceJob.feasible is a
+        # bool, True until the daemon says otherwise)
+        self.feasible: bool | None = True if kind == "inference" else None
 
     def step(self) -> None:
         pass
