@@ -787,7 +787,7 @@ class Job:
         if state.phase == "idle" or state.feasible is False:
             self._warn_once(msg, msg)  # a problem the script's user should see
         elif msg not in self._warned:
-            # progress ("measuring a candidate mode while tuned (3 so far)"): not a warning
+            # progress ("measuring a candidate mode after the commit (3 so far)"): not a warning
             # in the user's training log, one line per probe; there when logging asks
             self._warned.add(msg)
             log.info("powerd: %s", msg)

@@ -148,12 +148,14 @@ class TrainingPlanner:
         if t is not None and t.workload is job.workload and _target(t) == job.spec.step_time_ms:
             if t.ticks == 0:
                 return JobView("queued", "about to decide", None, b)
+            if t.refining:  # measuring after its commit: that commit's verdict stands
+                return JobView(t.phase, t.message, t.feasible, b)
             if t.state != "tuned":
                 return JobView(t.phase, t.message, None, b)
             if t.budget_w != b:
                 return JobView("profiling", f"re-planning for {b:g} W", None, b)
             return _committed_view(t, b, t.message)
-        if t is not None and t.state != "tuned":
+        if t is not None and t.state != "tuned" and not t.refining:
             other = self.jobs.get(self.tuner_job or "")
             name = other.workload.name if other else t.workload.name
             return JobView(
@@ -171,11 +173,19 @@ class TrainingPlanner:
                 "steps again"
             )
             return JobView("queued", quiet, None, b)
-        if self.done.get(_key(job)) == b and t is not None and t.state == "tuned":
+        if self.done.get(_key(job)) == b and t is not None and (t.state == "tuned" or t.refining):
+            # another workload measuring after its commit keeps no one waiting (README
+            # "queued": a workload being profiled), but it moves the board for a while
+            said = (
+                f"job {self.tuner_job} ({t.workload.name}) is measuring a candidate mode "
+                "after its commit"
+                if t.refining
+                else ""
+            )
             if t.feasible:
-                return JobView("tuned", "", True, b)
+                return JobView("tuned", said, True, b)
             if _target(t) is not None:  # another job's unmet target: its budget is met
-                return JobView("tuned", "", True, b)
+                return JobView("tuned", said, True, b)
             return JobView("idle", t.message, False, b)  # the board holds an infeasible mode
         return JobView("queued", "waiting for its turn to be tuned", None, b)
 

@@ -12,10 +12,14 @@ server loop, and once committed keeps guarding the pinned mode's measured power.
 Refining: a training job keeps measuring the strategy's promising modes after the commit
 (Strategy.refine), each after holding the committed mode for one settle + window, within
 `refine_share` of its length; after each window the strategy commits again, so a faster
-measured mode replaces the pin. The job reads `profiling` while a candidate is measured,
-`tuned` in between. Its length is what it said (`expected_steps`), else the steps it has
-run so far: a job that has run N steps is taken to run at least N more, so a job of unknown
-length earns measurements as it keeps training, and a short one spends almost none.
+measured mode replaces the pin. The job reads `profiling` from the switch to a candidate
+until the strategy commits again (the window, and the fit and choice after it), with one
+message throughout, `tuned` in between: `tuned` says the mode in force is the committed one
+(README), and a candidate is not. The other jobs on the board are not waiting for it
+(`refining`): they keep reading `tuned`. Its length is what it said (`expected_steps`),
+else the steps it has run so far: a job that has run N steps is taken to run at least N
+more, so a job of unknown length earns measurements as it keeps training, and a short one
+spends almost none.
 """
 
 from __future__ import annotations
@@ -116,9 +120,18 @@ class Tuner:
 
     @property
     def phase(self) -> str:
+        if self.refining:  # one phase for the whole candidate, not profiling/fitting flips
+            return "profiling"
         return {"deciding": "profiling", "measuring": "profiling", "fitting": "fitting"}.get(
             self.state, "tuned"
         )
+
+    @property
+    def refining(self) -> bool:
+        """Measuring after the commit: a candidate's window, or the fit and choice after it.
+        The commit for this budget stands meanwhile (a budget change or a power overrun
+        clears it, and the choosing starts over)."""
+        return self.state != "tuned" and self.committed is not None
 
     def set_budget(self, budget_w: float) -> None:
         """Re-solve from the samples and the fitted model; measure only what is new.
@@ -293,9 +306,8 @@ class Tuner:
         self.hooks.on_sample(w)
         self.window = None
         self.state = "deciding"
-        if self._refining:
-            self._refining = False
-            self.message = ""
+        # a candidate's message stays until the strategy commits again (_decide says then)
+        self._refining = False
 
     def refine_room(self) -> int:
         """Modes this job may still measure after its commit: `refine_share` of its
@@ -352,7 +364,7 @@ class Tuner:
             self.refined,
             room - 1,
         )
-        self.message = f"measuring a candidate mode while tuned ({self.refined} so far)"
+        self.message = f"measuring a candidate mode after the commit ({self.refined} so far)"
         training = self.workload.kind == "training"
         self.window = ModeWindow(action.mode, self.spec, self.budget_w, time.monotonic(), training)
         self.state = "measuring"
