@@ -44,7 +44,13 @@ covers nothing: it re-solves from the covered pairs.
 
 The budget is never exceeded to serve a goal: when nothing measured is within the budget,
 a re-solve whose cap is spent measures past it the pair predicted to draw least power
-rather than serve a pair measured over the budget.
+rather than serve a pair measured over the budget; and before it holds one over the
+budget, the least pair (every knob at its lowest, the smallest batch size), once: a model
+refitted on the pairs of a higher budget can put the floor too high.
+
+At one mode, a batch size's power lies between the powers of the measured batch sizes on
+either side of it (power_brackets), so the power margin that covers the model's error
+never lifts a prediction over such a measured bound (with_margin).
 
 A power reading is the mean of ~1 %-noisy sensor readings, so a pair that truly draws just
 under the budget can read just over it, and on a hard goal it may be the only pair that
@@ -240,6 +246,63 @@ def serves_within_budget(m: PairMeasurement, goal: InferenceGoal) -> bool:
     )
 
 
+def power_brackets(
+    modes: np.ndarray, batch_sizes: np.ndarray, samples: Mapping[Pair, PairMeasurement]
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per (mode, batch size) asked: the lower and the higher of the powers measured at the
+    same mode at the nearest smaller and the nearest larger measured batch size (NaN where
+    the pair is measured itself or has no measured size on both sides).
+
+    Why: at one mode a batch size's power lies between its neighbours' (both inference
+    traces: 86-90 % of cases within 0.3 W; b=4 between b=1 and b=64 at 97-99 % of modes),
+    so two measured pairs bound the sizes between them better than a model fitted
+    elsewhere (it put b=4 at 13.3 W between b=1 and b=64 measured at ~12 W)."""
+    m = np.asarray(modes, dtype=np.int64).reshape(-1, 4)
+    b = np.asarray(batch_sizes, dtype=np.int64).reshape(-1)
+    lo, hi = np.full(len(b), np.nan), np.full(len(b), np.nan)
+    if len(b) == 0:
+        return lo, hi
+    uniq, inv = np.unique(m, axis=0, return_inverse=True)
+    ids = {tuple(map(int, u)): i for i, u in enumerate(uniq)}
+    rows = [
+        (ids[q.mode.as_tuple()], q.batch_size, s.power_w)
+        for q, s in samples.items()
+        if q.mode.as_tuple() in ids and math.isfinite(s.power_w) and s.power_w > 0
+    ]
+    if len(rows) < 2:
+        return lo, hi
+    # one sorted key per (mode, batch size): a pair's measured neighbours sit either side
+    span = int(max(b.max(), max(r[1] for r in rows))) + 1
+    key = np.array([i * span + bb for i, bb, _ in rows], dtype=np.int64)
+    order = np.argsort(key)
+    key, pw = key[order], np.array([r[2] for r in rows])[order]
+    q = inv.reshape(-1) * span + b
+    k = np.searchsorted(key, q)  # the first measured key >= the pair's
+    ok = (k > 0) & (k < len(key))
+    kk = np.clip(k, 1, len(key) - 1)
+    ok &= (key[kk - 1] // span == q // span) & (key[kk] // span == q // span)
+    ok &= key[kk] != q  # measured itself
+    lo[ok] = np.minimum(pw[kk - 1], pw[kk])[ok]
+    hi[ok] = np.maximum(pw[kk - 1], pw[kk])[ok]
+    return lo, hi
+
+
+def with_margin(p: np.ndarray, margin_w: float, top: np.ndarray) -> np.ndarray:
+    """Predicted power plus the margin that covers the model's error, but not above `top`
+    (power_brackets' higher bound, NaN: none), which holds whatever the model's error."""
+    p = np.asarray(p, dtype=float)
+    capped = np.minimum(p + margin_w, np.maximum(p, top))
+    return np.where(np.isfinite(top), capped, p + margin_w)
+
+
+def least_mode_index(modes: np.ndarray) -> int:
+    """The row of the least mode: every knob at its lowest (the fewest cores, then the
+    lowest clocks when no mode has all of them). It draws the least power whatever a
+    model says, for any batch size."""
+    m = np.asarray(modes).reshape(-1, 4)
+    return int(np.lexsort(m.T[::-1])[0])
+
+
 # ---- actions ------------------------------------------------------------------------------
 
 
@@ -345,7 +408,7 @@ class InferencePlanner:
         self.explore = explore
         self.refine = refine
         self._axes = [np.unique(self.modes[:, j]) for j in range(4)]
-        self._cache: tuple[frozenset[tuple[Pair, int]], tuple[np.ndarray, np.ndarray]] | None = None
+        self._cache: tuple[frozenset[tuple[Pair, int]], tuple[np.ndarray, ...]] | None = None
 
     def pair(self, i: int) -> Pair:
         return self._pairs[i]
@@ -365,15 +428,21 @@ class InferencePlanner:
                 st, sp = spread(self.grid_modes, self.grid_b)
             else:
                 st, sp = (np.full(len(self.grid_b), x) for x in DEFAULT_SPREAD)
-            self._cache = (key, tuple(np.asarray(x, float) for x in (t, p, st, sp)))
+            _, top = power_brackets(self.grid_modes, self.grid_b, samples)
+            self._cache = (key, tuple(np.asarray(x, float) for x in (t, p, st, sp, top)))
         return self._cache[1]
+
+    def bracket_top(self, samples: Mapping[Pair, PairMeasurement]) -> np.ndarray:
+        """Per pair of the grid, the higher measured power of the batch sizes measured on
+        both sides of it at its mode (NaN: none; see power_brackets)."""
+        return self._predicted(samples)[4]
 
     def fit_probability(
         self, goal: InferenceGoal, samples: Mapping[Pair, PairMeasurement]
     ) -> np.ndarray:
         """Each pair's chance that its measurement fits `goal` (drain, latency, budget),
         from the predictions and their spread (time and power errors taken independent)."""
-        t, p, st, sp = self._predicted(samples)
+        t, p, st, sp, _ = self._predicted(samples)
         limit = drain_limit_ms(self.grid_b, goal.rate_hz).astype(float)
         if goal.latency_ms is not None:
             limit = np.minimum(
@@ -405,6 +474,8 @@ class InferencePlanner:
         goal, at most `search_pairs` new pairs; 0: it serves the best measured pair, flagged
         infeasible)."""
         t, p = self.predictions(samples)
+        # the predicted power with the margin a candidate needs, capped by measured brackets
+        pm = with_margin(p, self.power_margin_w, self.bracket_top(samples))
         measured = np.zeros(len(self._pairs), dtype=bool)
         for pair in samples:
             i = self._index.get(pair)
@@ -422,14 +493,14 @@ class InferencePlanner:
         else:
             can_measure = len(samples) < self.max_pairs
         lat = worst_latency_ms(self.grid_b, goal.rate_hz, t)
-        viol = self._violation(goal, t, p, lat)
+        viol = self._violation(goal, t, pm, lat)
         # another window of a pair read just over the budget; a first search may spend it
         # past max_pairs (it measures no new pair), a re-solve within its own cap
         again = self._remeasure(goal, samples) if can_measure or not resolving else None
         if again is not None:
             return MeasurePair(again)
         if cover_left > 0 and (resolving or self.seeds <= len(samples) < self.max_pairs):
-            c = self._uncovered(goal.budget_w, t, p, samples, measured)
+            c = self._uncovered(goal.budget_w, t, pm, samples, measured)
             if c is not None:
                 return MeasurePair(self._pairs[c], cover=True)
         if resolving and can_measure and not fit:
@@ -445,14 +516,14 @@ class InferencePlanner:
             # draining pair first (within the budget, then nearest the latency target),
             # rather than a search from scratch or a queue that does not drain. Only pairs
             # predicted within the budget: one predicted over it could not be served.
-            drain_v = self._violation(goal, t, p, lat, latency=False)
+            drain_v = self._violation(goal, t, pm, lat, latency=False)
             cand = ~measured & np.isfinite(drain_v) & (p <= goal.budget_w)
             if cand.any():
                 idx = np.flatnonzero(cand)
                 order = np.lexsort((idx, p[idx], viol[idx], drain_v[idx]))
                 return MeasurePair(self._pairs[int(idx[order[0]])])
         if can_measure and len(samples) < self.seeds:
-            seed = self._seed(lat, t, self._violation(goal, t, p, lat, latency=False), measured)
+            seed = self._seed(lat, t, self._violation(goal, t, pm, lat, latency=False), measured)
             if seed is not None:
                 return MeasurePair(self._pairs[seed])
         if goal.latency_ms is not None:
@@ -460,7 +531,7 @@ class InferencePlanner:
                 return self._search(goal, fit, p, lat, viol, measured, can_measure)
         # No latency target, or none can be met: the lowest latency within the budget.
         relaxed = InferenceGoal(goal.rate_hz, goal.budget_w, None)
-        viol = self._violation(relaxed, t, p, lat)
+        viol = self._violation(relaxed, t, pm, lat)
         ok = [m for m in samples.values() if serves_within_budget(m, goal)]
         if ok or self._worth_exploring(viol, measured, can_measure):
             action = self._search(relaxed, ok, lat, p, viol, measured, can_measure)
@@ -485,7 +556,7 @@ class InferencePlanner:
             most = max((m.pair.batch_size / m.batch_ms for m in under), default=0.0)
             with np.errstate(divide="ignore", invalid="ignore"):
                 thr = np.where(np.isfinite(t) & (t > 0), self.grid_b / t, 0.0)
-            cand = ~measured & (p + self.power_margin_w <= goal.budget_w)
+            cand = ~measured & (pm <= goal.budget_w)
             cand &= thr > most * (1 + self.min_gain)
             if cand.any():
                 return MeasurePair(self._pairs[int(np.argmax(np.where(cand, thr, -1.0)))])
@@ -503,12 +574,25 @@ class InferencePlanner:
             least = min((m.power_w for m in samples.values()), default=math.inf)
             if over[i] <= goal.budget_w * (1 + self.explore) and over[i] < least:
                 return MeasurePair(self._pairs[i])
+            # ... else the least pair, once, before holding one over the budget: a model
+            # fitted on the pairs of a higher budget can put the floor too high (ResNet-18
+            # after 20 W -> 14 W: nothing predicted under 14.3 W, 13.0 W there)
+            floor = self._least_pair(measured)
+            if floor is not None:
+                return MeasurePair(self._pairs[floor])
         # Nothing measured is within the budget, and nothing left worth trying: the lowest
         # power measured, flagged (the caller must not keep it: it is over the budget).
         finite = [m for m in samples.values() if math.isfinite(m.power_w)]
         if finite:
             return self._serve(min(finite, key=lambda m: m.power_w), goal, feasible=False)
         return MeasurePair(self._pairs[int(np.argmin(np.where(np.isfinite(p), p, np.inf)))])
+
+    def _least_pair(self, measured: np.ndarray) -> int | None:
+        """The least mode at the smallest batch size, unless measured already. Model-free:
+        the smallest batch draws the least at a mode (both inference traces: b=1 at 98-100 %
+        of the modes), whatever a refit says (one put b=64 lowest at the least mode)."""
+        i = least_mode_index(self.modes) * len(self.batch_sizes)
+        return None if measured[i] else i
 
     def _remeasure(
         self, goal: InferenceGoal, samples: Mapping[Pair, PairMeasurement]
@@ -555,7 +639,7 @@ class InferencePlanner:
         self,
         budget_w: float,
         t: np.ndarray,
-        p: np.ndarray,
+        pm: np.ndarray,
         samples: Mapping[Pair, PairMeasurement],
         measured: np.ndarray,
     ) -> int | None:
@@ -570,7 +654,7 @@ class InferencePlanner:
         no new measurement."""
         for b in self._size_order():
             on_b = self.grid_b == b
-            cand = on_b & ~measured & np.isfinite(t) & (p + self.power_margin_w <= budget_w)
+            cand = on_b & ~measured & np.isfinite(t) & (pm <= budget_w)
             if not cand.any():
                 continue
             have = [
@@ -580,7 +664,7 @@ class InferencePlanner:
             ]
             if have and min(have) <= (1 + COVER_SLACK) * float(t[cand].min()):
                 continue
-            return self._best_index(cand, t, p)
+            return self._best_index(cand, t, pm)
         return None
 
     def _worth_exploring(self, viol: np.ndarray, measured: np.ndarray, can_measure: bool) -> bool:
@@ -645,15 +729,15 @@ class InferencePlanner:
         self,
         goal: InferenceGoal,
         t: np.ndarray,
-        p: np.ndarray,
+        pm: np.ndarray,
         lat: np.ndarray,
         latency: bool = True,
     ) -> np.ndarray:
         """How far each pair is predicted to miss the goal, as the largest relative excess
         over the power budget, the drain limit and the latency target (0: predicted fit,
-        with the margins)."""
+        with the margins; `pm`: power with its margin, see with_margin)."""
         drain = drain_limit_ms(self.grid_b, goal.rate_hz)
-        v = np.maximum(0.0, (p + self.power_margin_w - goal.budget_w) / goal.budget_w)
+        v = np.maximum(0.0, (pm - goal.budget_w) / goal.budget_w)
         v = np.maximum(v, (t * (1 + self.time_margin) - drain) / drain)
         if latency and goal.latency_ms is not None:
             lat_m = lat + t * self.time_margin

@@ -17,8 +17,10 @@ batch scaling), so with one sample the fit is "the prior, shifted", and with mor
 where the samples agree. The pull is chosen by exact leave-one-out error. What the heads
 leave at the measured pairs is then spread to their neighbours (a kernel average of the
 residuals in log (cores, clocks, b)): the prior's local errors, e.g. how flat batch time
-is in b at fast GPU clocks, are a workload's own and no global bend fixes them. Fits take
-~1 ms.
+is in b at fast GPU clocks, are a workload's own and no global bend fixes them. Last, a
+pair between two batch sizes measured at its mode is predicted to draw between their
+powers (see powerd.optimize.inference.power_brackets): a fact of the board, not of the fit.
+Fits take ~1 ms.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from typing import Protocol
 
 import numpy as np
 
-from powerd.optimize.inference import Pair, PairMeasurement
+from powerd.optimize.inference import Pair, PairMeasurement, power_brackets
 from powerd.predictor.features import base_quantities
 
 METHODS = ("infer-ref", "train-head")
@@ -235,12 +237,14 @@ class FittedPairModel:
         power_head: _Head,
         local: _Local | None = None,
         head_sd: tuple[float, float] = (SPREAD_PRIOR_T, SPREAD_PRIOR_P),
+        measured: Mapping[Pair, PairMeasurement] | None = None,
     ):
         self.prior = prior
         self.time_head = time_head
         self.power_head = power_head
         self.local = local
         self.head_sd = head_sd
+        self.measured = dict(measured or {})
 
     def spread(self, modes: np.ndarray, batch_sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Standard deviation of the log error of (batch time, power) per pair: the heads'
@@ -260,7 +264,13 @@ class FittedPairModel:
         if self.local is not None:
             ct, cp = self.local.correction(_log_point(m, b))
             lt, lp = lt + ct, lp + cp
-        return np.exp(lt), np.exp(lp)
+        power = np.exp(lp)
+        if self.measured:
+            # between two batch sizes measured at its mode, a pair's power lies between
+            # theirs (see power_brackets): the heads, fitted over every mode, do not know it
+            lo, hi = power_brackets(m, b, self.measured)
+            power = np.where(np.isnan(lo), power, np.clip(power, lo, hi))
+        return np.exp(lt), power
 
     def _heads(self, m: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         t0, p0 = self.prior.predict(m, b)
@@ -316,7 +326,7 @@ def fit_pair_model(
         float(np.sqrt((np.sum(r**2) + SPREAD_PRIOR_N * s0**2) / (n + SPREAD_PRIOR_N)))
         for r, s0 in ((res_t, SPREAD_PRIOR_T), (res_p, SPREAD_PRIOR_P))
     )
-    return FittedPairModel(prior, _Head(tc, lb2), _Head(pc, lb2), local, sd)
+    return FittedPairModel(prior, _Head(tc, lb2), _Head(pc, lb2), local, sd, samples)
 
 
 def make_fitter(prior: PairModel, method: str):

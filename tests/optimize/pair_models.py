@@ -28,3 +28,14 @@ def exact(pair: Pair) -> PairMeasurement:
 
 def pair(g: int, b: int) -> Pair:
     return Pair(PowerMode(4, 1000, g, 1000), b)
+
+
+class BumpAtFour:
+    """An inference prior whose power has a bump at b=4 (13.3 W on the least GPU clock,
+    where b=1 and b=64 draw 11.8 W), as a refit had in a user-testing pass; batch time
+    (20 + 25 b) ms at the least GPU clock. For modes (4, 422400, g, 665600000)."""
+
+    def predict(self, modes, b):
+        g = np.asarray(modes)[:, 2] / 114750000.0
+        b = np.asarray(b, float)
+        return (20 + 25 * b) / np.sqrt(g), 11.8 + (g - 1) + 1.5 * (b == 4)

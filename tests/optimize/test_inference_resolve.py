@@ -1,10 +1,12 @@
 """Re-solves of a profiled inference workload (planner level, a synthetic model, no daemon):
 a later goal's budget of measurements past max_pairs, probing a draining pair when none
-measured drains, and the drain judged on the median batch time."""
+measured drains, the drain judged on the median batch time, and a budget under every
+measured pair (also replayed on the ResNet-18 inference trace)."""
 
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from pair_models import MODES, SIZES, Model, exact, pair
 
 from powerd.optimize import inference
@@ -21,6 +23,8 @@ from powerd.optimize.inference import (
     fit_for,
     serves_within_budget,
 )
+from powerd.predictor.batch import load_prior, make_fitter
+from powerd_replay.inference import PairMeasurer, solve_session
 
 
 def first_goal_samples() -> dict[Pair, PairMeasurement]:
@@ -239,3 +243,46 @@ def test_the_most_requests_per_second_is_judged_on_the_median_batch_time() -> No
     assert isinstance(action, ServePair) and not action.drains, action
     assert action.pair == pair(3, 1), action
     assert abs(action.requests_per_s - 1000 / (7 / 3)) < 1
+
+
+class _FloorTooHigh(Model):
+    """Model, with the least GPU clock predicted to draw the most: a refit on the pairs of a
+    higher budget can put the floor that wrong (it predicted every ResNet-18 pair over
+    14.29 W after serving at 20 W; the least mode drew 13.0 W)."""
+
+    def predict(self, modes, b):
+        t, p = super().predict(modes, b)
+        return t, p + 9.0 * (np.asarray(modes)[:, 2] == 1)
+
+
+def test_a_budget_under_every_measured_pair_tries_the_least_mode_before_giving_up() -> None:
+    # served at 20 W on g=2 and g=3; at 10 W only g=1 fits (8.1-9.6 W), predicted 17-19 W
+    samples = {q: exact(q) for q in (pair(2, 1), pair(3, 1), pair(3, 16))}
+    pl = InferencePlanner(MODES, SIZES, lambda s: _FloorTooHigh(), max_pairs=3)
+    session = InferenceSession(pl, InferenceGoal(rate_hz=30, budget_w=20, latency_ms=200))
+    session.set_budget(10)
+    while isinstance(action := session.next_action(samples), MeasurePair):
+        samples[action.pair] = exact(action.pair)
+        session.measured(action.pair)
+    assert action.within_budget and action.feasible, action
+    assert samples[action.pair].power_w <= 10 and action.pair.mode.gpu_hz == 1
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_resnet18_after_a_higher_budget_finds_a_pair_under_14_w(resnet_pairs, seed) -> None:
+    """The user-testing case: a ResNet-18 job served under 20 W, then set_budget(14). Every
+    pair the refit predicted drew over 14.29 W; the probes it allowed read 14.1-16 W, and
+    the job held one of them, over the budget, though the least mode draws 13.0 W."""
+    planner = InferencePlanner(
+        resnet_pairs.modes,
+        resnet_pairs.batch_sizes,
+        make_fitter(load_prior("infer-ref"), "infer-ref"),
+    )
+    measure = PairMeasurer(resnet_pairs, seed=f"r{seed}")
+    samples: dict[Pair, PairMeasurement] = {}
+    session = InferenceSession(planner, InferenceGoal(rate_hz=10, budget_w=20))
+    solve_session(session, samples, measure)
+    session.set_budget(14)
+    served, _ = solve_session(session, samples, measure)
+    assert served.within_budget, served
+    assert resnet_pairs.rows[served.pair][1] <= 14.0

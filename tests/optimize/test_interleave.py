@@ -7,18 +7,21 @@ import math
 
 import numpy as np
 import pytest
+from pair_models import BumpAtFour
 
 from powerd.modes import PowerMode
 from powerd.optimize.base import Measurement
+from powerd.optimize.inference import Pair, PairMeasurement
 from powerd.optimize.interleave import (
     InterleaveGoal,
     InterleavePlanner,
+    MeasureJoint,
     ServeJoint,
     cycle_steps,
     interleaved_latency_ms,
     throughput_bound_hz,
 )
-from powerd.predictor.batch import InferenceReference, make_fitter
+from powerd.predictor.batch import InferenceReference, fit_pair_model, make_fitter
 from powerd.sim.trace import TRACE_DIR, Trace
 from powerd_replay.inference import (
     PairMeasurer,
@@ -202,3 +205,60 @@ def test_when_no_batch_size_keeps_up_the_most_requests_per_second_are_served(
     assert served.served_hz(goal.rate_hz) == pytest.approx(max(rates.values()), rel=1e-6)
     assert served.pair.batch_size == max(resnet_pairs.batch_sizes)
     assert served.served_hz(goal.rate_hz) < goal.rate_hz
+
+
+class _LightTraining:
+    def predict(self, modes):
+        n = len(modes)
+        return np.full(n, 40.0), np.full(n, 11.0)
+
+
+def test_a_batch_size_between_two_measured_ones_is_measured_when_they_are_within_budget() -> None:
+    """Interleaved at 12 W, 20 requests/s, a 150 ms target no batch size meets: b=1 and b=64
+    measured at 11.8-11.9 W on the least mode; b=4 there, predicted at 13.3 W, was never
+    measured, and b=64 was served at 4.4 s worst-case latency where b=4 gives ~310 ms."""
+    modes = np.array([(4, 422400, g, 665600000) for g in (114750000, 318750000, 522750000)])
+    least = PowerMode(*map(int, modes[0]))
+    planner = InterleavePlanner(
+        modes,
+        (1, 4, 16, 64),
+        lambda s: _LightTraining(),
+        lambda s: fit_pair_model(BumpAtFour(), s, "infer-ref"),
+    )
+    goal = InterleaveGoal(20, 12, 150)
+    train = {least: Measurement(least, 40.0, 11.0, 20)}
+    infer = {
+        Pair(least, 1): PairMeasurement(Pair(least, 1), 45.0, 11.8, 46.0, 20),
+        Pair(least, 64): PairMeasurement(Pair(least, 64), 1620.0, 11.9, 1650.0, 20),
+    }
+    action = planner.next_action(goal, train, infer)
+    assert action == MeasureJoint(Pair(least, 4)), action
+    infer[Pair(least, 4)] = PairMeasurement(Pair(least, 4), 120.0, 11.85, 124.0, 20)
+    served = planner.next_action(goal, train, infer, probes_used=1)
+    assert isinstance(served, ServeJoint) and served.pair == Pair(least, 4)
+    assert served.latency_ms < 400 and served.power_w <= goal.budget_w
+
+
+class _FloorTooHigh:
+    """The synthetic pair model of pair_models with the least GPU clock predicted to draw
+    the most (a refit on pairs of a higher budget can put the floor that wrong)."""
+
+    def predict(self, modes, b):
+        from pair_models import Model
+
+        t, p = Model().predict(modes, b)
+        return t, p + 9.0 * (np.asarray(modes)[:, 2] == 1)
+
+
+def test_nothing_measured_within_the_budget_tries_the_least_mode_before_holding_over_it() -> None:
+    from pair_models import MODES, SIZES, exact, pair
+
+    planner = InterleavePlanner(MODES, SIZES, lambda s: _LightTraining(), lambda s: _FloorTooHigh())
+    goal = InterleaveGoal(5, 10, 1000)  # g=1 draws 8.1-9.6 W; g=2 and g=3 11.1 W and more
+    train = {pair(g, 1).mode: Measurement(pair(g, 1).mode, 40.0, 9.0, 20) for g in (1, 2, 3)}
+    infer = {q: exact(q) for q in (pair(2, 1), pair(3, 1), pair(3, 16))}
+    probes = 0
+    while isinstance(action := planner.next_action(goal, train, infer, probes), MeasureJoint):
+        infer[action.pair] = exact(action.pair)
+        probes += 1
+    assert action.power_w <= goal.budget_w and action.pair.mode == pair(1, 1).mode, action

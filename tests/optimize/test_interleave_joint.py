@@ -221,3 +221,30 @@ def test_with_nothing_measured_and_nothing_measurable_the_least_mode_is_served()
     assert isinstance(served, ServeSet)
     least = PowerMode(*(int(v) for v in np.min(np.asarray(MODES), axis=0)))
     assert served.mode == least
+
+
+def test_a_batch_size_between_two_measured_ones_within_budget_is_a_candidate() -> None:
+    """As for a single interleaved pair (test_interleave.py): b=1 and b=64 measured at
+    11.8-11.9 W on the least mode under 12 W, b=4 there predicted at 13.3 W. Its power lies
+    between theirs, whatever the model's margin: it is measured, not b=64 served."""
+    from pair_models import BumpAtFour
+
+    from powerd.optimize.base import Measurement
+    from powerd.optimize.inference import PairMeasurement
+    from powerd.predictor.batch import fit_pair_model
+
+    modes = np.array([(4, 422400, g, 665600000) for g in (114750000, 318750000, 522750000)])
+    least = PowerMode(*map(int, modes[0]))
+    pl = InferencePlanner(
+        modes, (1, 4, 16, 64), lambda s: fit_pair_model(BumpAtFour(), s, "infer-ref")
+    )
+    samples = {
+        Pair(least, 1): PairMeasurement(Pair(least, 1), 45.0, 11.8, 46.0, 20),
+        Pair(least, 64): PairMeasurement(Pair(least, 64), 1620.0, 11.9, 1650.0, 20),
+    }
+    training = JointTraining(
+        np.full(3, 40.0), np.full(3, 11.0), {least: Measurement(least, 40.0, 11.0, 20)}
+    )
+    # 400 ms: b=4 meets it (150 ms to fill + 40 + ~120), b=64 does not, b=1 does not keep up
+    job = JointJob(InferenceGoal(20, 12, 400), pl, samples)
+    assert JointPlanner().next_action([job], training) == MeasureSet(least, (4,))

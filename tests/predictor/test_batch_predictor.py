@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from powerd.modes import PowerMode
-from powerd.optimize.inference import Pair, PairMeasurement
+from powerd.optimize.inference import Pair, PairMeasurement, power_brackets
 from powerd.predictor.batch import (
     InferenceReference,
     TrainingReferenceWithBatch,
@@ -156,3 +156,41 @@ def test_spread_is_smallest_at_measured_pairs_and_tracks_the_heads_error(resnet_
     t, p = fitted.predict(resnet_pairs.modes_all, resnet_pairs.b_all)
     err_t = np.sqrt(np.mean(np.log(t / resnet_pairs.t_all)[~here] ** 2))
     assert 0.33 * err_t < np.median(st[~here]) < 3 * err_t
+
+
+def test_power_brackets_take_the_nearest_measured_sizes_on_both_sides() -> None:
+    m = PowerMode(4, 422400, 114750000, 665600000)
+    other = PowerMode(8, 422400, 114750000, 665600000)
+    samples = {
+        Pair(m, b): PairMeasurement(Pair(m, b), 10.0, w)
+        for b, w in ((1, 11.0), (16, 13.0), (64, 12.0))
+    }
+    samples[Pair(other, 1)] = PairMeasurement(Pair(other, 1), 10.0, 11.5)
+    modes = np.array([m.as_tuple()] * 5 + [other.as_tuple()] * 2)
+    lo, hi = power_brackets(modes, np.array([1, 4, 16, 32, 64, 4, 64]), samples)
+    # b=4 between b=1 and b=16; b=32 between b=16 and b=64 (the nearest, not the ends)
+    assert (lo[1], hi[1]) == (11.0, 13.0) and (lo[3], hi[3]) == (12.0, 13.0)
+    # measured pairs, the ends, and a mode with one measured size: no bracket
+    assert np.isnan(lo[[0, 2, 4, 5, 6]]).all() and np.isnan(hi[[0, 2, 4, 5, 6]]).all()
+
+
+def test_predictions_respect_measured_brackets(mobilenet_pairs) -> None:
+    """A user-testing pass: b=1 and b=64 measured ~12 W at one mode, b=4 there predicted at
+    13.3 W and never measured (its power lies between its neighbours' at 97-99 % of the
+    modes of both inference traces)."""
+    prior = load_prior("infer-ref")
+    rng = np.random.default_rng(3)
+    samples = samples_of(mobilenet_pairs, rng.choice(len(mobilenet_pairs.t_all), 12, replace=False))
+    modes = mobilenet_pairs.modes
+    for k, (w1, w64) in zip((0, 200, 440), ((11.9, 12.0), (14.0, 13.6), (16.2, 16.3)), strict=True):
+        mode = PowerMode(*map(int, modes[k]))
+        samples[Pair(mode, 1)] = PairMeasurement(Pair(mode, 1), 80.0, w1)
+        samples[Pair(mode, 64)] = PairMeasurement(Pair(mode, 64), 1000.0, w64)
+    fitted = fit_pair_model(prior, samples, "infer-ref")
+    gm = np.repeat(modes, 5, axis=0)
+    gb = np.tile([1, 4, 16, 32, 64], len(modes))
+    _, p = fitted.predict(gm, gb)
+    lo, hi = power_brackets(gm, gb, samples)
+    inside = np.isfinite(lo)
+    assert inside.sum() >= 9
+    assert np.all((p[inside] >= lo[inside]) & (p[inside] <= hi[inside]))
