@@ -46,6 +46,8 @@ ridge transfer, tools/strategy_replay.py; the figures behind each are in docs/ex
 * the first budget has `max_modes` of room, a pick must promise more as it empties; each
   budget change gets exactly `change_modes` modes of its own, spent on picks, not seeds, so
   a set_budget can always measure and verify its pick however many budgets came before;
+  until the workload has `seed_share * max_modes` samples (a first budget low in the
+  range stops after a few), its budgets are all its first: they share the `max_modes`;
 * most jobs keep the budget they asked for: the first budget may spend all its room on
   picks (`first_room_share`), with a low bar on the chance to fit;
 * measuring after the commit (refine) is training on a near-optimal mode, not overhead;
@@ -54,8 +56,9 @@ ridge transfer, tools/strategy_replay.py; the figures behind each are in docs/ex
   off by default: they helped where samples bunched in one region, but raised the modes
   used and, in one regime, the budgets over.
 
-Caps: at most `max_modes` distinct modes profiled for the workload's first budget, at most
-`change_modes` more per budget change after it, and at most `picks_per_budget` picks per
+Caps: at most `max_modes` distinct modes profiled for the workload's first budget (with
+the budgets that follow it before it has its seeds), at most `change_modes` more per budget
+change after it, and at most `picks_per_budget` picks per
 budget after the first (see above). If nothing measured fits,
 the min mode is measured (even past the cap: it is the safe mode) and, if it is over too,
 the lowest-power mode measured is committed with feasible=False.
@@ -322,13 +325,17 @@ class PowerTrain(Strategy):
             # first budget no measured mode could meet (an impossible 6 W) committed
             # nothing: the next budget is still the workload's first, with what is left of
             # the first's room (else four modes would have to build the model from the one
-            # or two at the bottom of the range).
+            # or two at the bottom of the range). Nor has a workload with fewer samples
+            # than the seeds of a first budget a model yet: a budget low in its range, where
+            # few modes fit, converges after 7-8 (Orin Nano 9 W), and a change to 15 W then
+            # spent its four modes over the budget and pinned a 9.9 W mode at 2-3x the best
+            # step time. Its budgets share the first's room until it has the seeds.
             unmet = (
                 self._first
                 and self._budget is not None
                 and not any(fits(m, self._budget) for m in own.values())
             )
-            self._first = (self._budget is None and len(own) < self.n_seeds) or unmet
+            self._first = len(own) < self.n_seeds or unmet
             self._budget, self._picks = budget_w, 0
             if not self._first:
                 self._limit = len(own) + self.cfg.change_modes
