@@ -96,6 +96,21 @@ PHYSICAL_POWER: tuple[tuple[int, int, int, int], ...] = (
     (0, 0, 0, 1),
 )
 
+# Power terms per step: each monomial times REF_UNIT_MS / t(mode), with t the fitted step
+# time. A domain's dynamic power is the energy it spends per step over the step's time
+# (~ its cycles x V^2 / t), not its clock alone: a launch-bound batch-size-1 inference
+# hardly draws more at a faster GPU clock, because its steps are not shorter, while a
+# GPU-bound step is and draws ~f^3. From a low budget's samples the clock-only terms
+# extrapolate that slope to the top clocks 5-7 W high (ResNet-18 inference, 15-18 W budgets).
+# Terms: work per step at a fixed voltage (a constant), GPU (V^2 ~ f^2), memory traffic
+# (~ f_emc) and the CPU cores (~ cores x f^2).
+PHYSICAL_POWER_PER_STEP: tuple[tuple[int, int, int, int], ...] = (
+    (0, 0, 0, 0),
+    (0, 0, 2, 0),
+    (0, 0, 0, 1),
+    (1, 2, 0, 0),
+)
+
 
 def exponents(feature_set: str = DEFAULT_FEATURE_SET) -> np.ndarray:
     """The (F, 4) integer exponent matrix of a named feature set."""

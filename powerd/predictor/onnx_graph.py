@@ -20,7 +20,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from powerd.predictor.features import UNIT_SCALE, mode_features
-from powerd.predictor.physical import bottleneck_time
+from powerd.predictor.physical import REF_UNIT_MS, bottleneck_time, per_step
 
 OPSET = 17
 IR_VERSION = 8
@@ -184,7 +184,10 @@ class Head:
 
     ``r`` = "physical-power" (power heads, W): ``r = ref_scale * y + sum_j c_j * m_j(mode)``,
     the non-negative power terms of :data:`powerd.predictor.features.PHYSICAL_POWER` and the
-    reference's predicted power (no log: the target is W).
+    reference's predicted power (no log: the target is W). Terms flagged in ``phys_per_step``
+    are divided by the fitted step time (``m_j(mode) * REF_UNIT_MS / t(mode)``, the terms of
+    :data:`powerd.predictor.features.PHYSICAL_POWER_PER_STEP`): the head then needs the time
+    head's output too.
     """
 
     intercept: float = 0.0
@@ -196,6 +199,7 @@ class Head:
     phys_coef: np.ndarray = field(default_factory=lambda: np.zeros(0))
     ref_scale: float = 0.0
     phys_groups: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    phys_per_step: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
 
     def __post_init__(self) -> None:
         if self.ref_transform not in ("identity", "log", "physical", "physical-power"):
@@ -209,6 +213,13 @@ class Head:
                 f"head: {len(self.phys_exps)} physical terms, {len(self.phys_coef)} weights"
             )
         self.phys_groups = np.asarray(self.phys_groups, dtype=np.int64).reshape(-1)
+        self.phys_per_step = np.asarray(self.phys_per_step, dtype=bool).reshape(-1)
+        if not self.phys_per_step.size:
+            self.phys_per_step = np.zeros(len(self.phys_coef), dtype=bool)
+        if len(self.phys_per_step) != len(self.phys_coef) or (
+            self.phys_per_step.any() and self.ref_transform != "physical-power"
+        ):
+            raise ValueError(f"head: bad per-step flags {self.phys_per_step.tolist()}")
         if self.phys_groups.size and (
             len(self.phys_groups) != len(self.phys_coef)
             or not np.isin(self.phys_groups, (0, 1, 2)).all()
@@ -229,42 +240,75 @@ class Head:
             t = self._scaled_plus_terms(ref, modes)
         return np.maximum(t, LOG_FLOOR)
 
-    def _scaled_plus_terms(self, ref: np.ndarray, modes: np.ndarray) -> np.ndarray:
+    def _scaled_plus_terms(
+        self, ref: np.ndarray, modes: np.ndarray, time_ms: np.ndarray | None = None
+    ) -> np.ndarray:
         """ref_scale * ref + sum_j c_j m_j(mode): the sum form of both physical heads."""
         t = self.ref_scale * ref
         if self.phys_coef.size:
-            t = t + mode_features(modes, self.phys_exps) @ self.phys_coef
+            f = mode_features(modes, self.phys_exps)
+            if self.needs_time:
+                if time_ms is None:
+                    raise ValueError("a per-step power head needs the step times")
+                f[:, self.phys_per_step] = per_step(f[:, self.phys_per_step], time_ms)
+            t = t + f @ self.phys_coef
         return t
 
     @property
     def needs_modes(self) -> bool:
         return self.ref_transform in ("physical", "physical-power")
 
-    def ref_input(self, y: np.ndarray, modes: np.ndarray | None = None) -> np.ndarray:
+    @property
+    def needs_time(self) -> bool:
+        return bool(self.phys_per_step.any())
+
+    def ref_input(
+        self, y: np.ndarray, modes: np.ndarray | None = None, time_ms: np.ndarray | None = None
+    ) -> np.ndarray:
         y = np.asarray(y, dtype=np.float64)
         if self.needs_modes and modes is None:
             raise ValueError("a physical head needs the modes")
         if self.ref_transform == "physical":
             return np.log(self.physical(y, modes))
         if self.ref_transform == "physical-power":
-            return self._scaled_plus_terms(y, modes)
+            return self._scaled_plus_terms(y, modes, time_ms)
         return np.log(np.maximum(y, LOG_FLOOR)) if self.ref_transform == "log" else y
 
-    def linear(self, y: np.ndarray, h: np.ndarray, modes: np.ndarray | None = None) -> np.ndarray:
-        z = self.intercept + self.coef_ref * self.ref_input(y, modes)
+    def linear(
+        self,
+        y: np.ndarray,
+        h: np.ndarray,
+        modes: np.ndarray | None = None,
+        time_ms: np.ndarray | None = None,
+    ) -> np.ndarray:
+        z = self.intercept + self.coef_ref * self.ref_input(y, modes, time_ms)
         if self.w.size:
             z = z + np.asarray(h, dtype=np.float64) @ self.w
         return z
 
-    def apply(self, y: np.ndarray, h: np.ndarray, modes: np.ndarray | None = None) -> np.ndarray:
-        z = self.linear(y, h, modes)
+    def apply(
+        self,
+        y: np.ndarray,
+        h: np.ndarray,
+        modes: np.ndarray | None = None,
+        time_ms: np.ndarray | None = None,
+    ) -> np.ndarray:
+        """`time_ms`: the step times the time head predicts for `modes` (a per-step power
+        head only)."""
+        z = self.linear(y, h, modes, time_ms)
         return np.exp(z) if self.out_transform == "exp" else z
 
     def nodes(
-        self, prefix: str, y: str, h: str, out: str, base: str | None = None
+        self,
+        prefix: str,
+        y: str,
+        h: str,
+        out: str,
+        base: str | None = None,
+        time: str | None = None,
     ) -> tuple[list, list]:
         """`base`: the (N, 4) float tensor of base quantities (cores, GHz), needed by a
-        physical head."""
+        physical head; `time`: the (N,) step times in ms, needed by a per-step one."""
         nodes: list = []
         inits = [
             numpy_helper.from_array(_f32([self.intercept]), f"{prefix}a"),
@@ -278,7 +322,7 @@ class Head:
             nodes.append(helper.make_node("Mul", [y, f"{prefix}rs"], [f"{prefix}r0"]))
             r = f"{prefix}r0"
             if self.phys_coef.size:
-                nodes += self._term_feature_nodes(prefix, base, inits)
+                nodes += self._term_feature_nodes(prefix, base, inits, time)
                 nodes += self._terms_sum_nodes(prefix, r, f"{prefix}r1", inits)
                 r = f"{prefix}r1"
         elif self.ref_transform in ("log", "physical"):
@@ -316,14 +360,40 @@ class Head:
         nodes.append(helper.make_node(op, [z], [out]))
         return nodes, inits
 
-    def _term_feature_nodes(self, prefix: str, base: str, inits: list) -> list:
+    def _term_feature_nodes(
+        self, prefix: str, base: str, inits: list, time: str | None = None
+    ) -> list:
         """Nodes of the physical terms' features `{prefix}pf` (N, F): exp(log(base) @ exps.T),
-        the monomials m_j(mode) of mode_features."""
-        inits.append(numpy_helper.from_array(_f32(self.phys_exps.T), f"{prefix}pexpsT"))
-        return [
-            helper.make_node("Log", [base], [f"{prefix}plb"]),
-            helper.make_node("MatMul", [f"{prefix}plb", f"{prefix}pexpsT"], [f"{prefix}plf"]),
-            helper.make_node("Exp", [f"{prefix}plf"], [f"{prefix}pf"]),
+        the monomials m_j(mode) of mode_features, the per-step ones times
+        REF_UNIT_MS / `time`."""
+        p = prefix
+        inits.append(numpy_helper.from_array(_f32(self.phys_exps.T), f"{p}pexpsT"))
+        raw = f"{p}pfm" if self.needs_time else f"{p}pf"
+        nodes = [
+            helper.make_node("Log", [base], [f"{p}plb"]),
+            helper.make_node("MatMul", [f"{p}plb", f"{p}pexpsT"], [f"{p}plf"]),
+            helper.make_node("Exp", [f"{p}plf"], [raw]),
+        ]
+        if not self.needs_time:
+            return nodes
+        if time is None:
+            raise ValueError("a per-step power head needs the step-time tensor")
+        # pf = pfm * (flag * REF_UNIT_MS / t + (1 - flag)), per column
+        flag = self.phys_per_step.astype(np.float64)[None, :]
+        inits += [
+            numpy_helper.from_array(_f32([REF_UNIT_MS]), f"{p}unit_ms"),
+            numpy_helper.from_array(np.array([-1, 1], dtype=np.int64), f"{p}col"),
+            numpy_helper.from_array(_f32(flag), f"{p}psf"),
+            numpy_helper.from_array(_f32(1.0 - flag), f"{p}psk"),
+            numpy_helper.from_array(_f32([1e-6]), f"{p}tmin"),
+        ]
+        return nodes + [
+            helper.make_node("Max", [time, f"{p}tmin"], [f"{p}tc"]),
+            helper.make_node("Div", [f"{p}unit_ms", f"{p}tc"], [f"{p}rate"]),
+            helper.make_node("Reshape", [f"{p}rate", f"{p}col"], [f"{p}rate2"]),
+            helper.make_node("Mul", [f"{p}rate2", f"{p}psf"], [f"{p}psr"]),
+            helper.make_node("Add", [f"{p}psr", f"{p}psk"], [f"{p}psm"]),
+            helper.make_node("Mul", [raw, f"{p}psm"], [f"{p}pf"]),
         ]
 
     def _terms_sum_nodes(self, prefix: str, src: str, out: str, inits: list) -> list:
@@ -421,7 +491,8 @@ def fitted_model(
         ("p_", power_mlp, power_head, "power_w"),
     ):
         mn, mi, y, h = mlp.nodes(key, feats[mlp.exps.tobytes()])
-        hn, hi = head.nodes(key + "head_", y, h, out, base)
+        # the time head's output is built first: a per-step power head divides by it
+        hn, hi = head.nodes(key + "head_", y, h, out, base, time="time_ms")
         nodes += mn + hn
         inits += mi + hi
     outputs = [

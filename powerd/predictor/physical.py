@@ -21,7 +21,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from powerd.predictor.features import PHYSICAL_POWER, PHYSICAL_TIME, mode_features
+from powerd.predictor.features import (
+    PHYSICAL_POWER,
+    PHYSICAL_POWER_PER_STEP,
+    PHYSICAL_TIME,
+    mode_features,
+)
 
 # Scale of the reference-time column (ms): keeps it in the range of the monomials (~0.1-10)
 # so the active-set solver's tolerances mean the same for every column.
@@ -71,11 +76,22 @@ def design(modes: np.ndarray, ref_time_ms: np.ndarray) -> np.ndarray:
 REF_UNIT_W = 10.0
 
 
-def power_design(modes: np.ndarray, ref_power_w: np.ndarray) -> np.ndarray:
-    """(N, F + 1): the monomials of PHYSICAL_POWER, then the reference's power / REF_UNIT_W."""
-    return np.column_stack(
-        [mode_features(modes, PHYSICAL_POWER), np.asarray(ref_power_w) / REF_UNIT_W]
-    )
+def power_design(
+    modes: np.ndarray, ref_power_w: np.ndarray, time_ms: np.ndarray | None = None
+) -> np.ndarray:
+    """(N, F + 1): the monomials of PHYSICAL_POWER, with `time_ms` (the fitted step time of
+    each mode) those of PHYSICAL_POWER_PER_STEP times REF_UNIT_MS / time_ms, then the
+    reference's power / REF_UNIT_W."""
+    cols = [mode_features(modes, PHYSICAL_POWER)]
+    if time_ms is not None:
+        cols.append(per_step(mode_features(modes, PHYSICAL_POWER_PER_STEP), time_ms))
+    return np.column_stack([*cols, np.asarray(ref_power_w) / REF_UNIT_W])
+
+
+def per_step(features: np.ndarray, time_ms: np.ndarray) -> np.ndarray:
+    """Per-step terms as power: each column times REF_UNIT_MS / step time."""
+    t = np.maximum(np.asarray(time_ms, dtype=np.float64), 1e-6)
+    return features * (REF_UNIT_MS / t)[:, None]
 
 
 def fit_weights(x: np.ndarray, time_ms: np.ndarray) -> np.ndarray:

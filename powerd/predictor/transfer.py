@@ -60,6 +60,7 @@ from powerd.optimize.base import Measurement, Predictor
 from powerd.predictor import physical
 from powerd.predictor.features import (
     PHYSICAL_POWER,
+    PHYSICAL_POWER_PER_STEP,
     PHYSICAL_TIME,
     base_quantities,
     validate_modes,
@@ -226,6 +227,9 @@ class RidgeOptions:
     # 9-12-16-20 W) "auto" from 4 samples put one budget at 2.19x the best step time.
     min_physical_power: int = 12
     physical_power_varied: int = 1  # 1: only when the samples moved every knob
+    # 1: the power terms include the per-step ones (features.PHYSICAL_POWER_PER_STEP, each
+    # divided by the fitted step time); 0: clock terms only (the form before session 24).
+    power_per_step: int = 1
 
 
 @dataclass
@@ -349,18 +353,22 @@ def ridge_head(
     out_transform: str,
     options: RidgeOptions,
     modes: np.ndarray | None = None,
-    phys: tuple[np.ndarray, np.ndarray, float, np.ndarray] | None = None,
+    phys: tuple[np.ndarray, np.ndarray, float, np.ndarray, np.ndarray] | None = None,
     min_lambda: float = 0.0,
+    time_ms: np.ndarray | None = None,
 ) -> tuple[Head, float | None, np.ndarray]:
     """Fit ``target ~ a + b*r(y_ref) + h @ w`` with a ridge penalty on ``w`` only.
 
     ``scale`` is each activation's std over the reference corpus: a fixed, sample-free
     column scale (k samples are too few to estimate it). With ``ref_transform="physical"``,
     ``phys`` = (exponents, weights, reference weight, term groups: empty for the sum form)
-    of the fitted physical time model and ``modes`` the samples' modes (see Head). Returns
+    of the fitted physical time model and ``modes`` the samples' modes (see Head); a power
+    head's ``phys`` adds its per-step flags, and ``time_ms`` the samples' fitted step times.
+    Returns
     (head, lambda, leave-one-out residuals in target space)."""
     k = len(target)
-    px, pc, ps, pg = phys if phys is not None else (np.zeros((0, 4)), np.zeros(0), 0.0, np.zeros(0))
+    none = (np.zeros((0, 4)), np.zeros(0), 0.0, np.zeros(0), np.zeros(0, dtype=bool))
+    px, pc, ps, pg, pps = phys if phys is not None else none
     head = Head(
         ref_transform=ref_transform,
         out_transform=out_transform,
@@ -368,8 +376,9 @@ def ridge_head(
         phys_coef=pc,
         ref_scale=ps,
         phys_groups=pg,
+        phys_per_step=pps,
     )
-    r = head.ref_input(y_ref, modes) if use_ref else np.zeros(k)
+    r = head.ref_input(y_ref, modes, time_ms) if use_ref else np.zeros(k)
     if k == 0:
         return head, None, np.zeros(0)
     base = r if use_ref else np.zeros(k)
@@ -428,8 +437,10 @@ def ridge_head(
     coefs, *_ = np.linalg.lstsq(u, t - h @ w, rcond=None)
     a = float(coefs[0])
     b = float(coefs[1]) if u.shape[1] == 2 else (1.0 if use_ref else 0.0)
-    head = Head(a, b, w if np.any(w) else np.zeros(0), ref_transform, out_transform, px, pc, ps, pg)
-    resid = target - head.linear(y_ref, h, modes)
+    head = Head(
+        a, b, w if np.any(w) else np.zeros(0), ref_transform, out_transform, px, pc, ps, pg, pps
+    )
+    resid = target - head.linear(y_ref, h, modes, time_ms)
     loo = resid / np.maximum(1.0 - lev, 1e-9)
     return head, lam, loo
 
@@ -547,7 +558,8 @@ class FittedPredictor(Predictor):
         m = validate_modes(modes)
         e = reference.embed(m)
         th, ph = self.heads
-        return th.apply(e.time_y, e.time_h, m), ph.apply(e.power_y, e.power_h, m)
+        t = th.apply(e.time_y, e.time_h, m)
+        return t, ph.apply(e.power_y, e.power_h, m, t)
 
     def save(self, directory: str | os.PathLike[str]) -> Path:
         """Write predictor.onnx, fit.npz (samples, heads) and fitted.json into `directory`.
@@ -576,6 +588,8 @@ class FittedPredictor(Predictor):
                     arrays[f"head_{name}_phys_coef"] = hd.phys_coef
                     if hd.bottleneck:
                         arrays[f"head_{name}_phys_groups"] = hd.phys_groups
+                    if hd.needs_time:
+                        arrays[f"head_{name}_phys_per_step"] = hd.phys_per_step
                     hm["ref_scale"] = hd.ref_scale
                 heads_meta.append(hm)
         meta = {
@@ -613,6 +627,7 @@ class FittedPredictor(Predictor):
                     phys_exps=arrays.get(f"head_{name}_phys_exps", np.zeros((0, 4))),
                     phys_coef=arrays.get(f"head_{name}_phys_coef", np.zeros(0)),
                     phys_groups=arrays.get(f"head_{name}_phys_groups", np.zeros(0)),
+                    phys_per_step=arrays.get(f"head_{name}_phys_per_step", np.zeros(0)),
                     **hm,
                 )
                 for name, hm in zip(("time", "power"), meta["heads"], strict=True)
@@ -772,6 +787,7 @@ def fit_heads(
             c[:-1],
             float(c[-1]) / physical.REF_UNIT_MS,
             groups,
+            np.zeros(len(PHYSICAL_TIME), dtype=bool),
         )
         return ridge_head(
             e.time_y[r],
@@ -824,6 +840,16 @@ def fit_heads(
     time_head, lam_t, _, keep_t = best
     loo_t = honest(best)
 
+    # The fitted step time of every sample mode (those with a power reading only, too): the
+    # per-step power terms divide by it, as the exported graph divides by its time output.
+    t_fit = time_head.apply(e.time_y, e.time_h, s.modes) if opts.power_per_step else None
+    per_step_terms = PHYSICAL_POWER_PER_STEP if opts.power_per_step else ()
+    power_exps = np.array(PHYSICAL_POWER + per_step_terms, dtype=np.int64)
+    power_per_step = np.arange(len(power_exps)) >= len(PHYSICAL_POWER)
+
+    def t_at(r: np.ndarray) -> np.ndarray | None:
+        return None if t_fit is None else t_fit[r]
+
     p_scale = np.asarray(scaler["power"]["embed_std"])
     p_floor = 0.05 if opts.power_log else opts.power_floor
 
@@ -851,13 +877,14 @@ def fit_heads(
 
         def fit_physical_power(m: np.ndarray) -> tuple[Head, float | None, np.ndarray]:
             r = rows[m]
-            x = physical.power_design(sp.modes[r], e.power_y[r])
+            x = physical.power_design(sp.modes[r], e.power_y[r], t_at(r))
             c = physical.fit_weights(x, sp.power_w[r])
             phys = (
-                np.array(PHYSICAL_POWER, dtype=np.int64),
+                power_exps,
                 c[:-1],
                 float(c[-1]) / physical.REF_UNIT_W,
                 np.zeros(0, dtype=np.int64),
+                power_per_step,
             )
             return ridge_head(
                 e.power_y[r],
@@ -871,6 +898,7 @@ def fit_heads(
                 modes=sp.modes[r],
                 phys=phys,
                 min_lambda=opts.physical_min_lambda,
+                time_ms=t_at(r),
             )
 
         fit = fit_power
@@ -889,7 +917,7 @@ def fit_heads(
 
             def at(head: Head, m: np.ndarray) -> np.ndarray:
                 r = rows[m]
-                return head.apply(e.power_y[r], e.power_h[r], sp.modes[r])
+                return head.apply(e.power_y[r], e.power_h[r], sp.modes[r], t_at(r))
 
             scores = [
                 _block_error(f, at, sp.modes[rows], target, opts.min_power_block)
@@ -901,7 +929,7 @@ def fit_heads(
 
     pi, p_target, (power_head, lam_p, loo_p, keep_p) = fit_power_head(s)
     # Only the power head sees the floors (an aborted window has no time): refit it alone.
-    lifted = with_power_floors(s, power_head.apply(e.power_y, e.power_h, s.modes))
+    lifted = with_power_floors(s, power_head.apply(e.power_y, e.power_h, s.modes, t_fit))
     if lifted is not s:
         s = lifted
         pi, p_target, (power_head, lam_p, loo_p, keep_p) = fit_power_head(s)
