@@ -194,7 +194,9 @@ def test_batches_of_another_size_measure_nothing() -> None:
     # a client that reports no sizes (an older one): every batch counts, as before
     pl2 = planner(Board([10.5]))
     register(pl2)
-    pl2.feed("j1", list(slow + 0.2), [0.2] * 4)
+    # timed from pl2's own window: pl's work above may take longer than t0's 1 ms lead
+    slow2 = time.monotonic() + 0.001 + 0.2 * np.arange(4)
+    pl2.feed("j1", list(slow2 + 0.2), [0.2] * 4)
     assert len(pl2.window.batches) == 4
 
 
