@@ -17,13 +17,8 @@ from pathlib import Path
 
 from powerd.sim.boards import SIM_BOARDS
 from powerd.sim.emulator import Emulator, idle_power_w
-from powerd.sim.trace import TRACE_DIR, Trace
+from powerd.sim.trace import load_board_trace
 from powerd.sim.tree import build_tree
-
-DEFAULT_TRACES = {
-    "orin-agx": TRACE_DIR / "orin_agx_mobilenetv3_gld23k_train.csv",
-    "orin-nano": TRACE_DIR / "orin_nano_resnet18_imagenet_train.csv",
-}
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -51,11 +46,8 @@ def main(argv: list[str] | None = None) -> int:
         format="%(asctime)s %(name)s %(levelname)s %(message)s",
         stream=sys.stderr,
     )
-    trace_path = args.trace or DEFAULT_TRACES[args.board]
-    try:
-        trace = Trace.load(trace_path, batch_size=args.batch_size)
-    except (OSError, ValueError) as exc:
-        print(f"cannot load trace {trace_path}: {exc}", file=sys.stderr)
+    trace = load_board_trace(args.board, args.trace, args.batch_size, "")
+    if trace is None:
         return 2
     if args.reuse and args.root is None:
         print("--reuse needs --root", file=sys.stderr)

@@ -14,10 +14,9 @@ import threading
 import time
 
 from powerd.modes import PowerMode
-from powerd.sim.__main__ import DEFAULT_TRACES
 from powerd.sim.harness import EmulatedBoard, knob_snapshot
 from powerd.sim.job import run_training_job
-from powerd.sim.trace import Trace
+from powerd.sim.trace import DEFAULT_TRACES, Trace, load_board_trace
 
 
 def _mode_str(m: object) -> str:
@@ -96,11 +95,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = ap.parse_args(argv)
 
-    trace_path = args.trace or DEFAULT_TRACES[args.board]
-    try:
-        trace = Trace.load(trace_path, batch_size=args.batch_size)
-    except (OSError, ValueError) as exc:
-        print(f"demo: cannot load trace {trace_path}: {exc}", file=sys.stderr)
+    trace = load_board_trace(args.board, args.trace, args.batch_size, "demo: ")
+    if trace is None:
         return 2
     if args.serve:
         return serve(args.board, trace, args.time_scale, args.strategy)

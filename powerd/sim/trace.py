@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,6 +18,12 @@ REFERENCE_CORPUS = (
     / "corpus"
     / ("orin_agx_resnet18_imagenet_train.csv")
 )
+
+# The trace an emulated board replays when none is named: one of its own.
+DEFAULT_TRACES = {
+    "orin-agx": TRACE_DIR / "orin_agx_mobilenetv3_gld23k_train.csv",
+    "orin-nano": TRACE_DIR / "orin_nano_resnet18_imagenet_train.csv",
+}
 
 
 @dataclass(frozen=True)
@@ -86,3 +93,17 @@ class Trace:
         if ok.size == 0:
             return None
         return self.rows[int(ok[np.argmin(self.time_ms[ok])])]
+
+
+def load_board_trace(
+    board: str, path: str | Path | None, batch_size: int | None, prog: str
+) -> Trace | None:
+    """The trace to replay on `board` (`path`, else the board's default), or None after
+    printing why it cannot be loaded, prefixed with `prog`: the command lines' shared
+    first step."""
+    trace_path = path or DEFAULT_TRACES[board]
+    try:
+        return Trace.load(trace_path, batch_size=batch_size)
+    except (OSError, ValueError) as exc:
+        print(f"{prog}cannot load trace {trace_path}: {exc}", file=sys.stderr)
+        return None
