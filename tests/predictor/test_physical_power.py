@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from predictor_testlib import TRACES, mape
 
+from powerd.modes import PowerMode
 from powerd.predictor import physical
 from powerd.predictor.features import PHYSICAL_POWER, PHYSICAL_POWER_PER_STEP
 from powerd.predictor.transfer import FittedPredictor, RidgeOptions, Samples, fit_ridge
@@ -119,6 +120,35 @@ def test_on_bunched_samples_the_physical_power_head_extrapolates_better(
         new.append(mape(fit_ridge(s, reference, PHYSICAL).predict(modes)[1], true_p))
     assert np.mean(new) < np.mean(old), (new, old)
     assert np.mean(new) < 6.0, new
+
+
+# What powertrain measured for a new ResNet-18 inference job (batch size 1) at 15 W in a
+# replay (noise seed 0, session 24): every mode at the two lowest GPU clocks.
+AT_15_W = [
+    (4, 422400, 114750000, 665600000), (4, 2201600, 114750000, 665600000),
+    (8, 729600, 114750000, 665600000), (4, 422400, 318750000, 665600000),
+    (4, 422400, 114750000, 2133000000), (12, 1036800, 114750000, 665600000),
+    (8, 1344000, 114750000, 665600000), (4, 1651200, 114750000, 665600000),
+    (12, 1651200, 114750000, 665600000), (4, 1958400, 114750000, 665600000),
+    (8, 1958400, 114750000, 665600000), (8, 1036800, 114750000, 2133000000),
+    (4, 1344000, 318750000, 665600000), (4, 1036800, 318750000, 665600000),
+    (8, 729600, 318750000, 665600000), (8, 1036800, 318750000, 665600000),
+    (12, 729600, 318750000, 665600000),
+]  # fmt: skip
+
+
+def test_a_knob_sampled_at_two_levels_gets_no_curved_power_terms(reference, resnet_infer) -> None:
+    # Two levels show a slope, not a curve: with the GPU's curved terms (f^3, and f^2 per
+    # step) fitted to them the top GPU clock read ~14 W high and the fit was ~28 % off
+    # over every mode.
+    trace = resnet_infer
+    rows = [trace.lookup(PowerMode(*m)) for m in AT_15_W]
+    s = Samples(np.array(AT_15_W), [r.time_ms for r in rows], [r.power_w for r in rows])
+    fp = fit_ridge(s, reference, PHYSICAL)
+    head = fp.heads[1]  # type: ignore[index]
+    curved_gpu = head.phys_exps[:, 2] > 1
+    assert curved_gpu.any() and not head.phys_coef[curved_gpu].any()
+    assert mape(fp.predict(trace.modes_array)[1], trace.power_w) < 8.0
 
 
 def test_an_unknown_power_model_is_refused(reference, resnet_infer) -> None:
