@@ -25,6 +25,7 @@ budget miss: the job reads `tuned` holding the fastest measured mode within the 
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -138,6 +139,21 @@ class TrainingPlanner:
         self._arbitrate()
 
     def phase_of(self, job_id: str) -> JobView:
+        view = self._phase_of(job_id)
+        job = self.jobs.get(job_id)
+        b = self.budget_w
+        if view.phase == "tuned" and job is not None and b is not None and job.spec.budget_w > b:
+            # the board follows the lowest budget: a job held under its own says why
+            held = (
+                f"held at {b:g} W, the lowest budget of the jobs on this board "
+                f"(its own: {job.spec.budget_w:g} W)"
+            )
+            view = dataclasses.replace(
+                view, message="; ".join(m for m in (view.message, held) if m)
+            )
+        return view
+
+    def _phase_of(self, job_id: str) -> JobView:
         b = self.budget_w
         if job_id in self.released:
             return JobView("idle", self.released[job_id], None, b)

@@ -138,3 +138,32 @@ def test_another_job_reads_tuned_while_a_tuned_workload_measures_after_its_commi
         "",
         "job b (b) is measuring a candidate mode after its commit",
     }, after
+
+
+def test_a_job_held_under_its_own_budget_by_another_jobs_reads_why() -> None:
+    # The board follows the lowest budget: a at 10 W holds b (20 W) at 10 W. b reads tuned
+    # for 10 W, and says it is held there (a user-testing pass: it read tuned with no word
+    # of it); a, at its own budget, says nothing of the kind.
+    pl, _ = _planner()
+    pl.hooks.workload("training", "b", True).strategy.candidates = []  # no refining
+    jobs = [
+        dataclasses.replace(_job("a", 0.0), budget_w=10.0),
+        dataclasses.replace(_job("b", 1.0), expected_steps=None),
+    ]
+    end = time.monotonic() + 10
+    steps = 0
+    while time.monotonic() < end:
+        time.sleep(0.005)
+        now = time.monotonic()
+        steps += 1
+        jobs = [dataclasses.replace(j, steps=steps) for j in jobs]
+        pl.sync(jobs, 10.0, now)
+        for j in jobs:
+            pl.feed(j.id, [now], [])
+        pl.tick(now)
+        if {pl.phase_of(i).phase for i in ("a", "b")} == {"tuned"}:
+            break
+    a, b = pl.phase_of("a"), pl.phase_of("b")
+    assert (a.phase, b.phase) == ("tuned", "tuned")
+    assert "held at 10 W" in b.message and "its own: 20 W" in b.message, b.message
+    assert "held at" not in a.message, a.message
