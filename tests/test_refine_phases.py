@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Callable
 from concurrent.futures import Future
 
 from powerd.modes import PowerMode
@@ -84,6 +85,25 @@ def _job(i: str, t: float) -> JobSpec:
     )
 
 
+def _step_until(
+    pl: TrainingPlanner, jobs: list[JobSpec], budget_w: float, done: Callable[[], bool]
+) -> None:
+    """Every job steps every 5 ms, the planner ticks, until `done()` (at most 10 s)."""
+    end = time.monotonic() + 10
+    steps = 0
+    while time.monotonic() < end:
+        time.sleep(0.005)
+        now = time.monotonic()
+        steps += 1
+        jobs = [dataclasses.replace(j, steps=steps) for j in jobs]
+        pl.sync(jobs, budget_w, now)
+        for j in jobs:
+            pl.feed(j.id, [now], [])
+        pl.tick(now)
+        if done():
+            return
+
+
 def _timeline() -> tuple[list, list]:
     """Jobs a then b, both stepping, until b measured both candidates after its commit and
     committed again: (a's view, b's view) before and from b's first commit."""
@@ -91,22 +111,14 @@ def _timeline() -> tuple[list, list]:
     jobs = [_job("a", 0.0), _job("b", 1.0)]
     # (a's view, b's view) at each tick where either changed: phase, message, feasible
     timeline: list[tuple[tuple, tuple]] = []
-    steps = 0
-    end = time.monotonic() + 10
-    while time.monotonic() < end:
-        time.sleep(0.005)
-        now = time.monotonic()
-        steps += 1
-        jobs = [dataclasses.replace(j, steps=steps) for j in jobs]
-        pl.sync(jobs, 20.0, now)
-        for j in jobs:
-            pl.feed(j.id, [now], [])
-        pl.tick(now)
+
+    def done() -> bool:
         views = tuple((v.phase, v.message, v.feasible) for v in map(pl.phase_of, ("a", "b")))
         if not timeline or timeline[-1] != views:
             timeline.append(views)  # type: ignore[arg-type]
-        if pl.tuner is not None and pl.tuner.refined == 2 and views[1][0] == "tuned":
-            break
+        return pl.tuner is not None and pl.tuner.refined == 2 and views[1][0] == "tuned"
+
+    _step_until(pl, jobs, 20.0, done)
     assert all(c in applied for c in CANDIDATES), applied
     first = next(i for i, (_, b) in enumerate(timeline) if b[0] == "tuned")
     return timeline[:first], timeline[first:]
@@ -150,19 +162,7 @@ def test_a_job_held_under_its_own_budget_by_another_jobs_reads_why() -> None:
         dataclasses.replace(_job("a", 0.0), budget_w=10.0),
         dataclasses.replace(_job("b", 1.0), expected_steps=None),
     ]
-    end = time.monotonic() + 10
-    steps = 0
-    while time.monotonic() < end:
-        time.sleep(0.005)
-        now = time.monotonic()
-        steps += 1
-        jobs = [dataclasses.replace(j, steps=steps) for j in jobs]
-        pl.sync(jobs, 10.0, now)
-        for j in jobs:
-            pl.feed(j.id, [now], [])
-        pl.tick(now)
-        if {pl.phase_of(i).phase for i in ("a", "b")} == {"tuned"}:
-            break
+    _step_until(pl, jobs, 10.0, lambda: {pl.phase_of(i).phase for i in "ab"} == {"tuned"})
     a, b = pl.phase_of("a"), pl.phase_of("b")
     assert (a.phase, b.phase) == ("tuned", "tuned")
     assert "held at 10 W" in b.message and "its own: 20 W" in b.message, b.message
