@@ -68,8 +68,12 @@ class EmulatedBoard:
         self._own_dir = workdir is None
         # ipc paths must stay under ~100 characters
         scratch = _scratch()
+        # absolute: the daemon's socket and state paths must be (a relative workdir was
+        # refused as an invalid config)
         self.dir = (
-            Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="powerd-", dir=scratch))
+            Path(workdir).resolve()
+            if workdir
+            else Path(tempfile.mkdtemp(prefix="powerd-", dir=scratch))
         )
         # the emulated sysfs tree is rewritten every few ms: it lives in memory even when
         # the state and logs go to a caller's (disk-backed) workdir
@@ -104,9 +108,13 @@ class EmulatedBoard:
         }
         for section, values in (config or {}).items():
             cfg.setdefault(section, {}).update(values)
-        self.config = parse_config(cfg)
         self.emulator: Emulator | None = None
         self.daemon: subprocess.Popen | None = None
+        try:
+            self.config = parse_config(cfg)
+        except Exception:
+            self.stop()  # the temporary trees made above are of no use now
+            raise
 
     # -- lifecycle ------------------------------------------------------------------------
     def start(self) -> EmulatedBoard:

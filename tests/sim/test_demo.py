@@ -72,3 +72,22 @@ def test_a_board_that_fails_to_start_removes_its_temporary_tree(scratch: Path) -
         pass
     assert not board.dir.exists()
     assert list(scratch.iterdir()) == []
+
+
+def test_a_board_whose_config_is_refused_removes_its_temporary_tree(scratch: Path) -> None:
+    # the emulated sysfs tree is made in memory before the config is checked
+    work = scratch / "work"
+    with pytest.raises(Exception, match="unknown_key"):
+        EmulatedBoard("orin-nano", Trace.load(NANO_TRAIN), workdir=work, config={"unknown_key": {}})
+    assert [p.name for p in scratch.iterdir()] == []  # neither the tree nor anything else
+
+
+def test_a_relative_workdir_is_taken_from_the_current_directory(
+    scratch: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(scratch)
+    board = EmulatedBoard("orin-nano", Trace.load(NANO_TRAIN), workdir="w")
+    try:
+        assert board.dir == scratch / "w" and board.endpoint == f"ipc://{scratch}/w/powerd.sock"
+    finally:
+        board.stop()
