@@ -232,15 +232,16 @@ class PairWindow:
     def over_budget(
         self,
         power: Callable[[float, float], Sequence[tuple[float, float]]],
-        budget_w: float,
+        budget_w: float | None,
         now: float,
         lag_s: float = 0.0,
     ) -> float | None:
         """The power (W) that ends this window early, as it ends a training probe: the last
         `min_abort_samples` readings all over the budget + `abort_margin_w` (over whatever
-        runs), or that many readings inside batches whose mean is; else None. A b=64 window
-        at 20/s takes 16 s to see its 5 batches: that long over the budget is not a probe."""
-        if now < self.opens:
+        runs), or that many readings inside batches whose mean is; else None (and with no
+        budget yet). A b=64 window at 20/s takes 16 s to see its 5 batches: that long over
+        the budget is not a probe."""
+        if budget_w is None or now < self.opens:
             return None
         k = max(1, self.spec.min_abort_samples)
         limit = budget_w + self.spec.abort_margin_w
@@ -1028,8 +1029,6 @@ class InferenceJobsPlanner:
 
     def _over(self, w: PairWindow, now: float) -> float | None:
         """The power that stops window `w` early (see PairWindow.over_budget), or None."""
-        if self.budget_w is None:
-            return None
         return w.over_budget(self.hooks.power, self.budget_w, now, self.settings.sensor_lag_s)
 
     def _record(self, job: _InfJob, w: PairWindow, how: str, over_w: float | None = None) -> None:

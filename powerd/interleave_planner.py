@@ -208,12 +208,8 @@ class InterleaveJobsPlanner:
             enough = len(self.probe.holds) >= self.spec.min_steps
             # training that gets no turn at all (batches fill the GPU) must not stall a probe
             late = now - self.probe.infer.opens > 4 * self.spec.window_s + 1.0
-            over = (
-                None
-                if self.budget_w is None
-                else self.probe.infer.over_budget(
-                    self.hooks.power, self.budget_w, now, self.settings.sensor_lag_s
-                )
+            over = self.probe.infer.over_budget(
+                self.hooks.power, self.budget_w, now, self.settings.sensor_lag_s
             )
             if over is None and not (self.probe.infer.ready(now) and (enough or late)):
                 return

@@ -303,6 +303,13 @@ def least_mode_index(modes: np.ndarray) -> int:
     return int(np.lexsort(m.T[::-1])[0])
 
 
+def least_pair_row(modes: np.ndarray, batch_sizes: Sequence[int]) -> int:
+    """The row, in pair_grid's mode-major order, of the least pair: the least mode at the
+    smallest batch size (at a mode, b=1 draws least at 98-100 % of the modes of both
+    inference traces, whatever a refit says)."""
+    return least_mode_index(modes) * len(batch_sizes)
+
+
 # ---- actions ------------------------------------------------------------------------------
 
 
@@ -591,7 +598,7 @@ class InferencePlanner:
         """The least mode at the smallest batch size, unless measured already. Model-free:
         the smallest batch draws the least at a mode (both inference traces: b=1 at 98-100 %
         of the modes), whatever a refit says (one put b=64 lowest at the least mode)."""
-        i = least_mode_index(self.modes) * len(self.batch_sizes)
+        i = least_pair_row(self.modes, self.batch_sizes)
         return None if measured[i] else i
 
     def _remeasure(

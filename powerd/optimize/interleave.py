@@ -36,6 +36,7 @@ from powerd.optimize.inference import (
     PairMeasurement,
     PairPredictor,
     least_mode_index,
+    least_pair_row,
     pair_grid,
     power_brackets,
     with_margin,
@@ -269,7 +270,7 @@ class InterleavePlanner:
             # the least mode at the smallest batch size, once, before holding a pair over
             # the budget: a refit on pairs that drew more can put the floor too high
             # (tried once: a training step there stopped over the budget settles it too)
-            least = self._pairs[least_mode_index(self.modes) * len(self.batch_sizes)]
+            least = self._pairs[least_pair_row(self.modes, self.batch_sizes)]
             if least not in infer or least.mode not in train:
                 return MeasureJoint(least)
         within = [j for j in joint if max(j[2], j[4]) <= goal.budget_w]
