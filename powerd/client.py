@@ -999,7 +999,7 @@ class _GateChannel:
                 sock.send(raw)
             except OSError:
                 self._drop_unix()  # the daemon went away: run; the next enter reconnects
-                return time.monotonic() - t0
+                return time.monotonic() - t0, None
             while True:
                 left = deadline - time.monotonic()
                 got = self._recv(sock, left) if left > 0 else None
