@@ -153,8 +153,14 @@ class Tuning:
     # out-of-sample misses above are uniform and learnt where the picks went; the
     # intervals grow with a mode's distance to the fitted samples, so a region the
     # samples never reached (e.g. every sample at one EMC clock) is doubted, and may be
-    # measured, instead of trusted. 0: off.
-    interval_doubt_time: float = 0.0
+    # measured, instead of trusted. 0: off. Time on at 2: after a low first budget the
+    # Orin Nano's samples hold the memory clock at 665 MHz but one, at the slowest corner
+    # (where it hardly matters), and the refit reads 2133 MHz ~40 % slow where it is the
+    # best mode under 13-15 W; replayed over seeds 0-5, the mean penalty fell in all 8
+    # mixed-order and raised-budget cells (docs/experiments.md, session 25). Power stays
+    # off: its intervals are far wider than its misses, and widening the power doubt
+    # lets over-budget picks through.
+    interval_doubt_time: float = 2.0
     interval_doubt_power: float = 0.0
     # ... scaled by how many interval sds the recorded out-of-sample misses were (1: on)
     interval_calibrate: int = 1

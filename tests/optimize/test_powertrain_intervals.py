@@ -1,6 +1,7 @@
-"""powertrain's interval doubt (Tuning.interval_doubt_time/_power, default off): a region the
-samples never reached, whose fitted interval is wide, may be measured when the point
-prediction alone says it cannot fit; off, or without intervals, the pick is unchanged."""
+"""powertrain's interval doubt (Tuning.interval_doubt_time/_power; time on by default, power
+off): a region the samples never reached, whose fitted interval is wide, may be measured
+when the point prediction alone says it cannot fit or cannot gain; off, or without
+intervals, the pick is unchanged."""
 
 from __future__ import annotations
 
@@ -69,8 +70,31 @@ def pick(
     return None if k is None else strategy.mode_list[k]
 
 
-def test_off_by_default_the_point_prediction_rules_out_the_unexplored_region() -> None:
+def test_power_doubt_is_off_by_default_the_point_prediction_rules_out_the_region() -> None:
     assert pick(IntervalModel()) is None
+
+
+class SlowLookingModel(Model):
+    """The high EMC clock read 30 % *slower* and 1.5 W more (under the budget): the refit
+    learnt it from one sample at a corner where memory does not matter. Its time interval
+    there is wide: no sample near it says how fast it is."""
+
+    def predict(self, modes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        k = _idx(modes)
+        t = 100.0 / (1.0 + 0.2 * k[:, 1] + k[:, 2]) * (1.0 + 0.3 * k[:, 3])
+        p = 4.0 + 0.5 * k[:, 0] + k[:, 1] + k[:, 2] + 1.5 * k[:, 3]
+        return t, p
+
+    def predict_interval(self, modes: np.ndarray):
+        t, p = self.predict(modes)
+        half_t = np.where(_idx(modes)[:, 3] > 0, 0.8, 0.03)
+        return t, t * np.exp(-half_t), t * np.exp(half_t), p, p - 0.3, p + 0.3
+
+
+def test_by_default_a_wide_time_interval_gets_a_region_that_looks_slow_measured() -> None:
+    mode = pick(SlowLookingModel())
+    assert mode is not None and mode.emc_hz == 2_133_000_000
+    assert pick(SlowLookingModel(), interval_doubt_time=0.0) is None
 
 
 def test_a_wide_interval_gets_the_unexplored_region_measured() -> None:
