@@ -148,6 +148,9 @@ class PairMeasurement:
         return self.power_sd_w / math.sqrt(self.power_n)
 
 
+ReadingsKey = frozenset[tuple[Pair, PairMeasurement]]  # a cache key: every reading
+
+
 def pooled(old: PairMeasurement | None, new: PairMeasurement) -> PairMeasurement:
     """One reading of a pair from two windows of it: power over all the readings (their
     spread includes the windows' difference), batch times weighted by batches run."""
@@ -415,7 +418,7 @@ class InferencePlanner:
         self.explore = explore
         self.refine = refine
         self._axes = [np.unique(self.modes[:, j]) for j in range(4)]
-        self._cache: tuple[frozenset[tuple[Pair, int]], tuple[np.ndarray, ...]] | None = None
+        self._cache: tuple[ReadingsKey, tuple[np.ndarray, ...]] | None = None
 
     def pair(self, i: int) -> Pair:
         return self._pairs[i]
@@ -425,8 +428,10 @@ class InferencePlanner:
         return self._predicted(samples)[:2]
 
     def _predicted(self, samples: Mapping[Pair, PairMeasurement]) -> tuple[np.ndarray, ...]:
-        # a pair measured again (pooled) is a new reading: key on its windows too
-        key = frozenset((q, m.windows) for q, m in samples.items())
+        # key on the readings themselves (frozen, compared by value): a pair measured again
+        # is a new reading even when its window count is unchanged (a probe cut short
+        # over the budget replaces a one-window reading with another)
+        key = frozenset(samples.items())
         if self._cache is None or self._cache[0] != key:
             model = self.fitter(samples)
             t, p = model.predict(self.grid_modes, self.grid_b)

@@ -133,3 +133,21 @@ def test_without_a_latency_target_a_faster_pair_at_the_budget_is_measured_again(
     # pooled 11.05 W from 72 readings: now beyond noise of the budget; serve the pair that fits
     action = pl.next_action(goal, samples)
     assert isinstance(action, ServePair) and action.pair == pair(1, 1)
+
+
+def test_a_reading_replaced_with_the_same_window_count_is_fitted_again():
+    """The planner's predictions are cached by the readings: a pair read again (a probe cut
+    short over the budget replaces a one-window reading) must reach the fit, not the cache."""
+    fits: list[dict] = []
+
+    def fitter(samples):
+        fits.append(dict(samples))
+        return Model()
+
+    planner = InferencePlanner(MODES, SIZES, fitter)
+    q = pair(2, 1)
+    planner.predictions({q: reading(q, 11.0)})
+    planner.predictions({q: reading(q, 11.0)})  # the same reading, a new dict: cached
+    assert len(fits) == 1
+    planner.predictions({q: reading(q, 13.5)})  # one window again, another power
+    assert len(fits) == 2 and fits[-1][q].power_w == 13.5
