@@ -116,7 +116,7 @@ class InterleaveJobsPlanner:
         self.mode: PowerMode | None = None
         self.batch_size: int | None = None
         self.holds: collections.deque[tuple[float, float]] = collections.deque(maxlen=512)
-        self._planners: dict[tuple[int, ...], InterleavePlanner] = {}
+        self._planners: dict[tuple[int, ...], tuple[Any, InterleavePlanner]] = {}
         self._goal: InterleaveGoal | None = None
         # several inference jobs with the training job: the shared solve of self.inf
         self.shared = False
@@ -519,11 +519,15 @@ class InterleaveJobsPlanner:
         return InterleaveGoal(g.rate_hz, self.budget_w, g.latency_ms)
 
     def _planner(self, sizes: tuple[int, ...]) -> InterleavePlanner:
-        planner = self._planners.get(sizes)
+        # the training job's fitted model as it is now: one that finishes fitting later, or
+        # another training job's, makes a new planner (its predictions are cached by the
+        # samples alone, which need not change when the model does)
+        tr = self._train_job()
+        fitted = None if tr is None else tr[1].predictor
+        held = self._planners.get(sizes)
+        planner = None if held is None or held[0] is not fitted else held[1]
         if planner is None:
             pair_fitter = self.fitter_factory()
-            tr = self._train_job()
-            fitted = None if tr is None else tr[1].predictor
             bmax = max(sizes)
 
             def train_fitter(samples: Mapping[PowerMode, Measurement]) -> Any:
@@ -534,7 +538,7 @@ class InterleaveJobsPlanner:
             planner = InterleavePlanner(
                 self.modes, sizes, train_fitter, pair_fitter, max_probes=self.settings.max_pairs
             )
-            self._planners[sizes] = planner
+            self._planners[sizes] = (fitted, planner)
         return planner
 
     def _finish_probe(
