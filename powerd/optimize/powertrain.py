@@ -52,9 +52,10 @@ ridge transfer, tools/strategy_replay.py; the figures behind each are in docs/ex
   picks (`first_room_share`), with a low bar on the chance to fit;
 * measuring after the commit (refine) is training on a near-optimal mode, not overhead;
   it is bounded by the room of the budget it serves;
-* the fitted model's intervals as a per-mode floor on the doubt (`interval_doubt_*`) are
-  off by default: they helped where samples bunched in one region, but raised the modes
-  used and, in one regime, the budgets over.
+* the fitted model's time intervals set a per-mode floor on the time doubt in budget
+  changes and refine (`interval_doubt_time`): a region the samples never reached is
+  measured instead of trusted; the power intervals (`interval_doubt_power`) stay off,
+  they raised the modes used and, in one regime, the budgets over.
 
 Caps: at most `max_modes` distinct modes profiled for the workload's first budget (with
 the budgets that follow it before it has its seeds), at most `change_modes` more per budget
