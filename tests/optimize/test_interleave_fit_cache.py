@@ -16,22 +16,16 @@ from powerd.optimize.interleave import InterleaveGoal, InterleavePlanner, ServeJ
 GOAL = InterleaveGoal(10.0, 25.0, 5000.0)
 
 
-class PairFitter:
-    """The synthetic model, shifted by the mean measured power error (so the predictions
-    show which samples they were fitted to); counts its fits."""
+class _CountingFitter:
+    """A fitter that counts its fits; its model is shifted by the mean measured power error
+    (so the predictions show which samples they were fitted to)."""
 
     def __init__(self) -> None:
         self.fits = 0
 
     def __call__(self, samples):
         self.fits += 1
-        offset = 0.0
-        if samples:
-            ms = list(samples.values())
-            modes = np.array([m.pair.mode.as_tuple() for m in ms])
-            _, p = Model().predict(modes, np.array([m.pair.batch_size for m in ms]))
-            offset = float(np.mean([m.power_w for m in ms] - p))
-        return _Shifted(offset)
+        return self.model(self.offset(samples) if samples else 0.0)
 
 
 @dataclasses.dataclass
@@ -43,19 +37,16 @@ class _Shifted:
         return t, p + self.offset
 
 
-class TrainFitter:
-    """Step time 50 ms / g, power 6 + 2g W, plus the mean measured power error; counts its
-    fits."""
+class PairFitter(_CountingFitter):
+    """The synthetic pair model."""
 
-    def __init__(self) -> None:
-        self.fits = 0
+    model = _Shifted
 
-    def __call__(self, samples):
-        self.fits += 1
-        offset = 0.0
-        if samples:
-            offset = float(np.mean([m.power_w - (6 + 2 * m.mode.gpu_hz) for m in samples.values()]))
-        return _Train(offset)
+    def offset(self, samples) -> float:
+        ms = list(samples.values())
+        modes = np.array([m.pair.mode.as_tuple() for m in ms])
+        _, p = Model().predict(modes, np.array([m.pair.batch_size for m in ms]))
+        return float(np.mean([m.power_w for m in ms] - p))
 
 
 @dataclasses.dataclass
@@ -65,6 +56,15 @@ class _Train:
     def predict(self, modes):
         g = np.asarray(modes)[:, 2].astype(float)
         return 50.0 / g, 6 + 2 * g + self.offset
+
+
+class TrainFitter(_CountingFitter):
+    """Step time 50 ms / g, power 6 + 2g W."""
+
+    model = _Train
+
+    def offset(self, samples) -> float:
+        return float(np.mean([m.power_w - (6 + 2 * m.mode.gpu_hz) for m in samples.values()]))
 
 
 def step(g: int, power_w: float | None = None) -> Measurement:
