@@ -157,7 +157,7 @@ class Tuning:
     # measured, instead of trusted. 0: off. Time on at 2: after a low first budget the
     # Orin Nano's samples hold the memory clock at 665 MHz but one, at the slowest corner
     # (where it hardly matters), and the refit reads 2133 MHz ~40 % slow where it is the
-    # best mode under 13-15 W; replayed over seeds 0-5, the mean penalty fell in all 8
+    # best mode under 13-15 W; replayed, the mean penalty fell in each of the 10
     # mixed-order and raised-budget cells (docs/experiments.md, session 25). Power stays
     # off: its intervals are far wider than its misses, and widening the power doubt
     # lets over-budget picks through.
