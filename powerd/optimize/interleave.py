@@ -205,6 +205,27 @@ class InterleavePlanner:
                 out.append((pair, m.tail_ms, m.power_w, tr.time_ms, tr.power_w))
         return out
 
+    def _stopped_over(
+        self,
+        budget_w: float,
+        train: Mapping[PowerMode, Measurement],
+        infer: Mapping[Pair, PairMeasurement],
+    ) -> list[tuple[Pair, float, float, float, float]]:
+        """(pair, t_inf tail, p_inf, t_tr, p_tr) of every pair a probe read over this budget
+        without a full joint measurement (a window stopped over it: NaN where nothing
+        finished). A higher budget may try them again."""
+        out = []
+        for pair, m in infer.items():
+            tr = train.get(pair.mode)
+            if tr is None or pair not in self._index:
+                continue
+            usable = math.isfinite(m.tail_ms) and math.isfinite(tr.time_ms)
+            if usable and not tr.aborted_over_budget:
+                continue  # jointly measured
+            if max(m.power_w, tr.power_w) > budget_w:
+                out.append((pair, m.tail_ms, m.power_w, tr.time_ms, tr.power_w))
+        return out
+
     def next_action(
         self,
         goal: InterleaveGoal,
@@ -218,8 +239,12 @@ class InterleavePlanner:
         within a hair of the budget, where the power margins rule out every pair)."""
         t_i, p_i, t_tr, p_tr = self.predictions(train, infer)
         joint = self._measured_values(train, infer)
+        # measured, or read over this budget by a probe: not proposed again (a model that
+        # does not bend to a stopped reading would propose the same pair until the probes
+        # ran out, each one holding the board over the budget)
+        stopped = self._stopped_over(goal.budget_w, train, infer)
         measured = np.zeros(len(self._pairs), dtype=bool)
-        for pair, *_ in joint:
+        for pair, *_ in (*joint, *stopped):
             measured[self._index[pair]] = True
         can_measure = probes_used < self.max_probes
         b = self.grid_b
@@ -280,7 +305,19 @@ class InterleavePlanner:
         pmax = np.where(measured, np.inf, np.maximum(p_i, p_tr))
         i = int(np.argmin(pmax))
         if low is None:
-            return MeasureJoint(self._pairs[i])
+            if not stopped:
+                return MeasureJoint(self._pairs[i])
+            # a probe stopped over the budget and none measured: the least pair once (the
+            # model that proposed the first is off), then hold the pair read lowest,
+            # flagged, its unknown times as predicted
+            least = least_pair_row(self.modes, self.batch_sizes)
+            if can_measure and not measured[least]:
+                return MeasureJoint(self._pairs[least])
+            q, ti, pi, tt, pt = min(stopped, key=lambda j: max(j[2], j[4]))
+            k = self._index[q]
+            ti = ti if math.isfinite(ti) else float(t_i[k])
+            tt = tt if math.isfinite(tt) else float(t_tr[k])
+            return self._serve(goal, (q, ti, pi, tt, pt), False, drains=False)
         low_w = max(low[2], low[4])
         if can_measure and low_w > goal.budget_w and np.isfinite(pmax[i]) and pmax[i] < low_w:
             return MeasureJoint(self._pairs[i])

@@ -262,3 +262,59 @@ def test_nothing_measured_within_the_budget_tries_the_least_mode_before_holding_
         infer[action.pair] = exact(action.pair)
         probes += 1
     assert action.power_w <= goal.budget_w and action.pair.mode == pair(1, 1).mode, action
+
+
+class _Stubborn:
+    """The synthetic pair model, never refitted: it keeps reading every GPU clock within a
+    12 W budget however the probes read (a refit that does not bend to a stopped window)."""
+
+    def predict(self, modes, b):
+        from pair_models import Model
+
+        return Model().predict(modes, b)
+
+
+def _run_stopping_over(over, max_probes: int):
+    """Solve at 5 requests/s, 12 W, 2 s; a probe of a pair `over(pair)` is stopped over the
+    budget (13 W, nothing finished). Returns (final action, times each pair was probed)."""
+    from pair_models import MODES, SIZES, exact
+
+    planner = InterleavePlanner(
+        MODES, SIZES, lambda s: _LightTraining(), lambda s: _Stubborn(), max_probes=max_probes
+    )
+    goal = InterleaveGoal(5, 12, 2000)
+    train: dict = {}
+    infer: dict = {}
+    probed: dict = {}
+    for probes in range(100):
+        action = planner.next_action(goal, train, infer, probes)
+        if not isinstance(action, MeasureJoint):
+            return action, probed
+        q = action.pair
+        probed[q] = probed.get(q, 0) + 1
+        if over(q):
+            infer[q] = PairMeasurement(q, math.nan, 13.0, None, 0)
+            train[q.mode] = Measurement(q.mode, math.nan, 13.0, 0, True)
+        else:
+            infer[q] = exact(q)
+            train[q.mode] = Measurement(q.mode, 40.0, 11.0, 20)
+    raise AssertionError(f"still measuring after 100 actions: {probed}")
+
+
+def test_a_pair_stopped_over_the_budget_is_not_probed_again() -> None:
+    """Found by a planner-level check: the model still read the pair within the budget
+    after its probe was stopped over it, and the planner probed that pair again until its
+    probes ran out (30 times, each holding the board over the budget)."""
+    action, probed = _run_stopping_over(lambda q: q.mode.gpu_hz >= 2, max_probes=30)
+    assert max(probed.values()) == 1, probed
+    assert isinstance(action, ServeJoint) and action.feasible
+    assert action.pair.mode.gpu_hz == 1 and action.power_w <= 12
+
+
+def test_when_every_probe_stops_over_the_budget_the_lowest_reading_is_held_flagged() -> None:
+    """No pair fits and the probes are spent: the planner holds the pair read lowest,
+    flagged, instead of asking to measure one more pair for ever."""
+    action, probed = _run_stopping_over(lambda q: True, max_probes=3)
+    assert sum(probed.values()) == 3 and max(probed.values()) == 1, probed
+    assert isinstance(action, ServeJoint) and not action.feasible and not action.drains
+    assert action.power_w == 13.0 and math.isfinite(action.latency_ms)
