@@ -1124,12 +1124,17 @@ class NoopJob:
     connected = False
     steps_dropped = 0
     best_latency_ms = None
+    fastest_ms = None
+    id = None  # no daemon, no job id
     message = "no powerd daemon: running without power management"
-    objective = "power_budget"  # no daemon: nothing is pinned either way
 
-    def __init__(self, kind: str, budget_w: float | None):
+    def __init__(self, kind: str, budget_w: float | None, step_time_ms: float | None = None):
         self.kind = kind
         self.budget_w = budget_w
+        # the Job API in full (a script written for a daemon runs without one): the
+        # objective asked for, as a Job whose daemon went away keeps its own
+        self.step_time_ms = step_time_ms
+        self.objective = "power_budget" if step_time_ms is None else "step_time"
         # nothing decided, as for a Job whose daemon is gone (InferenceJob.feasible is a
         # bool, True until the daemon says otherwise)
         self.feasible: bool | None = True if kind == "inference" else None
@@ -1216,7 +1221,7 @@ def request(
             raise
         # the warnings registry shows it once per call site and endpoint: no global flag
         warnings.warn(str(exc), RuntimeWarning, stacklevel=2)
-        return NoopJob(kind, budget_w)
+        return NoopJob(kind, budget_w, step_time_ms)
     assert isinstance(reply, p.JobState)
     cls = InferenceJob if kind == "inference" else Job
     return cls(conn, reply, register=msg)

@@ -42,3 +42,19 @@ def test_a_training_job_without_a_daemon_reads_nothing_decided() -> None:
     assert job.phase == "idle" and job.feasible is None
     inf = powerd.request(kind="inference", rate_hz=30, required=False, endpoint=endpoint)
     assert inf.feasible is True  # InferenceJob.feasible: a bool, True until told otherwise
+
+
+def test_a_job_without_a_daemon_has_every_attribute_a_managed_job_has() -> None:
+    """A script written for a daemon reads job.fastest_ms or job.step_time_ms: without one
+    (required=False) it read AttributeError (found by a tester)."""
+    endpoint = "ipc:///nonexistent/powerd.sock"
+    for cls, args in (
+        (powerd.Job, {}),
+        (powerd.InferenceJob, {"kind": "inference", "rate_hz": 30}),
+    ):
+        job = powerd.request(budget_w=15, required=False, endpoint=endpoint, **args)
+        missing = [a for a in dir(cls) if not a.startswith("_") and not hasattr(job, a)]
+        assert not missing, (cls.__name__, missing)
+    timed = powerd.request(step_time_ms=120, workload="w", required=False, endpoint=endpoint)
+    assert timed.objective == "step_time" and timed.step_time_ms == 120
+    assert timed.fastest_ms is None and timed.id is None
