@@ -680,14 +680,8 @@ class Job:
         self._last_flush = now
         silent = now - self._conn.last_reply
         if self._gone_since is None and silent > gone_after:
-            self._gone_since = now
-            log.warning(
-                "powerd: the daemon at %s has not answered for %.1f s: running without power "
-                "management until it returns",
-                self._conn.endpoint,
-                silent,
-            )
             with self._lock:
+                # the state first: a reader that sees connected False sees the idle job too
                 self._state = self._state.model_copy(
                     update={
                         "phase": "idle",
@@ -696,6 +690,13 @@ class Job:
                         **_UNMANAGED,
                     }
                 )
+                self._gone_since = now
+            log.warning(
+                "powerd: the daemon at %s has not answered for %.1f s: running without power "
+                "management until it returns",
+                self._conn.endpoint,
+                silent,
+            )
         if self._rereg_id is not None and now - self._rereg_at > REREGISTER_RETRY_S:
             self._rereg_id = None  # no answer: the next unknown_job tries again
         if len(self._steps) == MAX_QUEUED_STEPS:
