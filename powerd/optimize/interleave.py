@@ -117,6 +117,9 @@ class ServeJoint:
 InterleaveAction = MeasureJoint | ServeJoint
 
 
+# (pair, batch tail ms, batch power W, training step ms, training power W)
+Reading = tuple[Pair, float, float, float, float]
+
 # Slack over the budget for the one probe at the training job's own mode (see
 # InterleavePlanner._anchor_probe): its measurement decides, and a pair that reads over the
 # budget is never served.
@@ -186,45 +189,27 @@ class InterleavePlanner:
             self._train_cache = (tkey, (_readonly(t_tr), _readonly(p_tr)))
         return (*self._pair_cache[1], *self._train_cache[1])
 
-    def _measured_values(
-        self,
-        train: Mapping[PowerMode, Measurement],
-        infer: Mapping[Pair, PairMeasurement],
-    ) -> list[tuple[Pair, float, float, float, float]]:
-        """(pair, t_inf tail, p_inf, t_tr, p_tr) of every jointly measured pair."""
-        out = []
-        for pair, m in infer.items():
-            tr = train.get(pair.mode)
-            if tr is None or pair not in self._index:
-                continue
-            if (
-                math.isfinite(m.tail_ms)
-                and math.isfinite(tr.time_ms)
-                and not tr.aborted_over_budget
-            ):
-                out.append((pair, m.tail_ms, m.power_w, tr.time_ms, tr.power_w))
-        return out
-
-    def _stopped_over(
+    def _readings(
         self,
         budget_w: float,
         train: Mapping[PowerMode, Measurement],
         infer: Mapping[Pair, PairMeasurement],
-    ) -> list[tuple[Pair, float, float, float, float]]:
-        """(pair, t_inf tail, p_inf, t_tr, p_tr) of every pair a probe read over this budget
-        without a full joint measurement (a window stopped over it: NaN where nothing
-        finished). A higher budget may try them again."""
-        out = []
+    ) -> tuple[list[Reading], list[Reading]]:
+        """(pair, t_inf tail, p_inf, t_tr, p_tr) of every jointly measured pair, and of every
+        pair a probe read over this budget without a full joint measurement (a window
+        stopped over it: NaN where nothing finished; a higher budget may try it again)."""
+        joint, stopped = [], []
         for pair, m in infer.items():
             tr = train.get(pair.mode)
             if tr is None or pair not in self._index:
                 continue
+            values = (pair, m.tail_ms, m.power_w, tr.time_ms, tr.power_w)
             usable = math.isfinite(m.tail_ms) and math.isfinite(tr.time_ms)
             if usable and not tr.aborted_over_budget:
-                continue  # jointly measured
-            if max(m.power_w, tr.power_w) > budget_w:
-                out.append((pair, m.tail_ms, m.power_w, tr.time_ms, tr.power_w))
-        return out
+                joint.append(values)
+            elif max(m.power_w, tr.power_w) > budget_w:
+                stopped.append(values)
+        return joint, stopped
 
     def next_action(
         self,
@@ -238,11 +223,10 @@ class InterleavePlanner:
         `anchor`: the training job's own mode under the budget (measured to fit, often
         within a hair of the budget, where the power margins rule out every pair)."""
         t_i, p_i, t_tr, p_tr = self.predictions(train, infer)
-        joint = self._measured_values(train, infer)
         # measured, or read over this budget by a probe: not proposed again (a model that
         # does not bend to a stopped reading would propose the same pair until the probes
         # ran out, each one holding the board over the budget)
-        stopped = self._stopped_over(goal.budget_w, train, infer)
+        joint, stopped = self._readings(goal.budget_w, train, infer)
         measured = np.zeros(len(self._pairs), dtype=bool)
         for pair, *_ in (*joint, *stopped):
             measured[self._index[pair]] = True
