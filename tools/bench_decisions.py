@@ -50,7 +50,7 @@ from powerd import protocol as p  # noqa: E402
 from powerd.client import call_once  # noqa: E402
 from powerd.config import ProfilingConfig  # noqa: E402
 from powerd.errors import PowerdError  # noqa: E402
-from powerd.optimize.powertrain import Tuning  # noqa: E402
+from powerd.optimize.powertrain import Tuning, seed_count  # noqa: E402
 from powerd.predictor.transfer import INTERVAL_COVERAGE  # noqa: E402
 from powerd.sim.harness import EmulatedBoard  # noqa: E402
 from powerd.sim.job import run_training_job  # noqa: E402
@@ -270,7 +270,7 @@ def report(args, trace, budgets, rows, status, workloads, mape, n_bad) -> None:
     line = f"{sum(new)} in all, per budget mean {statistics.fmean(new):.1f}, max {max(new)}"
     # Budgets that came before the workload had a first budget's seeds share the first's
     # room (powerd.optimize.powertrain): they count with it, not as changes.
-    seeds = round(Tuning().seed_share * ProfilingConfig().modes)
+    seeds = seed_count(ProfilingConfig().modes, Tuning())
     had = np.cumsum([0] + new[:-1])
     shared = [i for i in range(1, len(rows)) if had[i] < seeds]
     later = [r["new"] for i, r in enumerate(rows) if i > 0 and i not in shared]

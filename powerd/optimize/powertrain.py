@@ -183,6 +183,12 @@ class Tuning:
 # --------------------------------------------------------------------------- seed plan
 
 
+def seed_count(max_modes: int, tuning: Tuning) -> int:
+    """Seeds a workload's first budget measures (`seed_share` of its room); until it has
+    that many samples, its later budgets share the first's room."""
+    return max(1, min(max_modes - 1, round(tuning.seed_share * max_modes)))
+
+
 def rank_grid(modes: np.ndarray, axes: Sequence[Sequence[int]]) -> np.ndarray:
     """Each mode's index along each axis, scaled to [0, 1] (every knob counts alike)."""
     return rank_index(modes, axes) / np.maximum(np.array([len(a) for a in axes]) - 1, 1)
@@ -291,7 +297,7 @@ class PowerTrain(Strategy):
         self.rank_idx = rank_index(self.modes_array, self.axes)
         self.factory = predictor_factory or load_reference_predictor
         self.max_modes = max(1, int(max_modes))
-        self.n_seeds = max(1, min(self.max_modes - 1, round(self.cfg.seed_share * self.max_modes)))
+        self.n_seeds = seed_count(self.max_modes, self.cfg)
 
         self._ref_pred: tuple[np.ndarray, np.ndarray] | None = None
         self._plan: list[int] | None = None
