@@ -5,7 +5,11 @@ so nothing counts for `settle_s`. Then a window collects step times and power sa
 until it has both `min_steps` steps and `window_s` seconds (fast modes get more steps).
 A pause in stepping cancels the window and starts a new one (Zeus-style: a window is
 discarded, never corrupted). Power clearly above the budget ends the window early, since
-profiling must not hold the board over budget for a whole window.
+profiling must not hold the board over budget for a whole window: more than
+`abort_margin_w` over it, at once (the step time stays unknown); over it beyond the
+readings' noise, as soon as `min_steps` steps are timed. Such a mode cannot be pinned
+under this budget, so more steps would only refine a time the model needs roughly, while
+the board runs over the budget.
 """
 
 from __future__ import annotations
@@ -20,6 +24,10 @@ from powerd.optimize.base import Measurement
 
 PowerSamples = Callable[[float, float], Sequence[tuple[float, float]]]
 PRE_SWITCH_S = 1.0  # how far back to look for the previous mode's power
+# A window whose mean power is over the budget by more than this many standard errors (of
+# its readings' mean) ends once it has min_steps steps: the mode is over the budget, not
+# a mode just under it read high.
+OVER_Z = 3.0
 
 
 @dataclass(frozen=True)
@@ -106,14 +114,20 @@ class ModeWindow:
             self._intervals = []
             self._anchor = None
             return None
-        if (
-            len(self._intervals) >= self.spec.min_steps
-            and now - self.window_start >= self.spec.window_s
+        if len(self._intervals) >= self.spec.min_steps and (
+            now - self.window_start >= self.spec.window_s or self._clearly_over(watts)
         ):
             if not watts:
                 return None  # the sampler is behind; wait for a reading
             return self._finish(statistics.fmean(watts), aborted=False)
         return None
+
+    def _clearly_over(self, watts: Sequence[float]) -> bool:
+        """Is the window's mean power over the budget beyond its readings' noise?"""
+        if len(watts) < max(2, self.spec.min_abort_samples):
+            return False
+        se = statistics.stdev(watts) / math.sqrt(len(watts))
+        return statistics.fmean(watts) - OVER_Z * se > self.budget_w
 
     def _over_while_settling(self, now: float, power: PowerSamples) -> Measurement | None:
         """Stop before the window if power is already clearly over the budget: a mode that

@@ -301,7 +301,11 @@ class Tuner:
             result.mode,
             result.time_ms,
             result.power_w,
-            " (stopped early: over budget)" if result.aborted_over_budget else "",
+            " (stopped early: over budget)"
+            if result.aborted_over_budget
+            else f" (over budget: timed on {result.steps} steps)"
+            if result.power_w > self.budget_w
+            else "",
         )
         self.hooks.on_sample(w)
         self.window = None

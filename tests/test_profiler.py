@@ -1,5 +1,7 @@
 import math
 
+import pytest
+
 from powerd.modes import PowerMode
 from powerd.profiler import ModeWindow, ProfilingCost, WindowSpec
 
@@ -167,3 +169,54 @@ def test_a_lowered_budget_applies_to_a_window_in_flight():
     win.budget_w = 20  # Tuner.set_budget keeps the window, with the new limit
     m = drive(win, 0.25, until=5, watts=25.0, start=1.5)
     assert m is not None and m.aborted_over_budget
+
+
+def noisy_power(mean_w, rel=0.01, seed=1):
+    """A sampler stand-in: one reading every 0.1 s, `rel` relative gaussian noise."""
+    import random
+
+    rnd = random.Random(seed)
+    cache = {}
+
+    def samples(t0, t1):
+        out = []
+        k = math.ceil(t0 / 0.1 - 1e-9)
+        while 0.1 * k < t1:
+            if k not in cache:
+                cache[k] = mean_w * (1 + rel * rnd.gauss(0.0, 1.0))
+            out.append((0.1 * k, cache[k]))
+            k += 1
+        return out
+
+    return samples
+
+
+def measure_until_done(win, step_s, power, until=10.0):
+    t, m = 0.0, None
+    while m is None and t < until:
+        t += step_s
+        win.add_steps([t])
+        m = win.poll(t, power)
+    return t, m
+
+
+def test_a_mode_over_the_budget_within_the_margin_is_timed_on_min_steps_only():
+    """0.6 W over a 20 W budget: not enough to stop at once, but clearly over (the readings'
+    noise is ~0.05 W per mean): the window ends once min_steps steps are timed, with the
+    step time known, rather than holding the board over the budget for window_s."""
+    win = ModeWindow(MODE, SPEC, budget_w=20, t_switch=0.0)
+    t, m = measure_until_done(win, 0.05, noisy_power(20.6))
+    assert m is not None and not m.aborted_over_budget
+    assert m.steps == SPEC.min_steps and m.time_ms == pytest.approx(50.0)
+    assert m.power_w > 20
+    assert t < SPEC.settle_s + SPEC.window_s / 2
+
+
+def test_a_mode_just_under_the_budget_gets_its_whole_window():
+    """Read over the budget by noise alone, a mode 0.05 W under it is not cut short: its
+    window runs the full window_s, so its power reading is as good as any other's."""
+    for seed in range(20):
+        win = ModeWindow(MODE, SPEC, budget_w=20, t_switch=0.0)
+        t, m = measure_until_done(win, 0.05, noisy_power(19.95, seed=seed))
+        assert m is not None
+        assert t >= SPEC.settle_s + SPEC.window_s - 1e-9

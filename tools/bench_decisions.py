@@ -88,6 +88,7 @@ def main() -> int:
     ap.add_argument("--fresh", action="store_true", help="a new workload for every budget")
     ap.add_argument("--order", default="mixed", choices=["mixed", "up"], help="without --fresh")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--daemon-log", metavar="FILE", help="keep the daemon's log in this file")
     ap.add_argument(
         "--job-hours",
         type=float,
@@ -135,7 +136,12 @@ def main() -> int:
     print(load_note("at the start"), flush=True)
     t_start = time.monotonic()
     with EmulatedBoard(
-        args.board, trace, time_scale=args.time_scale, strategy=args.strategy, seed=args.seed
+        args.board,
+        trace,
+        time_scale=args.time_scale,
+        strategy=args.strategy,
+        seed=args.seed,
+        daemon_log=args.daemon_log,
     ) as board:
         store = Store(board.state_dir)
         board_key = board.status()["board_key"]
