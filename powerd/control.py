@@ -818,20 +818,29 @@ class ControlLoop:
     def _save_inference(self, name: str, obj: dict) -> None:
         self.store.save_workload_json(self.device.board.key, name, "inference.json", obj)
 
-    def _on_commit(self, mode: PowerMode, m: Measurement, budget_w: float) -> None:
+    def _on_commit(
+        self, mode: PowerMode, m: Measurement, budget_w: float, step_time_ms: float | None = None
+    ) -> None:
         speed = f"{m.time_ms:.1f} ms/step" if math.isfinite(m.time_ms) else "no step time"
+        goal = (
+            f"budget {budget_w:g} W"
+            if step_time_ms is None
+            else f"step-time target {step_time_ms:g} ms, power cap {budget_w:g} W"
+        )
         why = ""
+        if step_time_ms is not None and math.isfinite(m.time_ms) and m.time_ms > step_time_ms:
+            why = ", the target is not met: the fastest measured within the cap"
         if m.power_w > budget_w:
             # an infeasible budget: the least power measured is held, over the budget
             why = ", over the budget: no measured mode meets it, this one draws least"
             if m.aborted_over_budget:
                 speed += " (its window stopped early, over the budget)"
         log.info(
-            "pinned %s: measured %s at %.2f W (budget %g W%s)",
+            "pinned %s: measured %s at %.2f W (%s%s)",
             mode,
             speed,
             m.power_w,
-            budget_w,
+            goal,
             why,
         )
 

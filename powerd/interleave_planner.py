@@ -58,6 +58,24 @@ from powerd.training import TrainingPlanner
 log = logging.getLogger("powerd.interleave")
 
 
+def served_note(action: ServeJoint, budget_w: float | None, rate_hz: float) -> str:
+    """Why an interleaved pair is served, for the log: a pair held over the budget (no
+    measured pair stays within it) is that, whether or not its queue keeps up."""
+    if budget_w is not None and action.power_w > budget_w:
+        return (
+            f"over the budget: no measured pair stays within {budget_w:g} W, "
+            "this one read the least power"
+        )
+    if action.feasible:
+        return "feasible"
+    if action.drains:
+        return "latency target cannot be met"
+    return (
+        f"the queue grows: {action.served_hz(rate_hz):.1f} of {rate_hz:g} requests/s served, "
+        "one batch per training step"
+    )
+
+
 class _RatioTrainPredictor:
     """Training time/power over modes when the training workload has no fitted predictor
     yet: the inference model at the largest batch size, scaled by what was measured of
@@ -234,12 +252,7 @@ class InterleaveJobsPlanner:
                 action.latency_ms,
                 action.power_w,
                 action.throughput_hz,
-                "feasible"
-                if action.feasible
-                else "latency target cannot be met"
-                if action.drains
-                else f"the queue grows: {action.served_hz(self._goal.rate_hz):.1f} of "
-                f"{self._goal.rate_hz:g} requests/s served, one batch per training step",
+                served_note(action, self.budget_w, self._goal.rate_hz),
             )
         self._set(action.pair)
         self.served = action

@@ -102,7 +102,8 @@ class BoardHooks:
     power: Callable[[float, float], Sequence[tuple[float, float]]]
     submit_fit: Callable[[Any], Any]  # WorkloadState -> Future of a Predictor
     persist: Callable[[Any], None]  # WorkloadState -> None
-    on_commit: Callable[[PowerMode, Any, float], None]  # mode, Measurement, budget
+    # mode, Measurement, budget (a step-time job's power cap), step-time target or None
+    on_commit: Callable[[PowerMode, Any, float, float | None], None]
     workload: Callable[[str, str, bool], Any]  # (kind, name, persistent) -> WorkloadState
 
 

@@ -314,7 +314,7 @@ class TrainingPlanner:
             # a step-time job: the search bisects the budget of the workload's strategy
             search = None if target is None else StepTimeSearch(job.workload.strategy, target)
             self.tuner = Tuner(
-                job.workload, self.budget_w, self.spec, self._tuner_hooks(), strategy=search
+                job.workload, self.budget_w, self.spec, self._tuner_hooks(target), strategy=search
             )
         self.tuner_job = job_id
 
@@ -323,9 +323,9 @@ class TrainingPlanner:
         seen = self._stepped.get(job_id)
         return seen is not None and (seen[0] == 0 or self._now - seen[1] > STALL_S)
 
-    def _tuner_hooks(self) -> TunerHooks:
+    def _tuner_hooks(self, target_ms: float | None) -> TunerHooks:
         def on_commit(mode: PowerMode, m: Measurement) -> None:
-            self.hooks.on_commit(mode, m, self.budget_w or 0.0)
+            self.hooks.on_commit(mode, m, self.budget_w or 0.0, target_ms)
 
         return TunerHooks(
             apply_mode=self.hooks.apply_mode,

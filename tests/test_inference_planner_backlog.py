@@ -57,7 +57,7 @@ def planner(
         power=lambda t0, t1: [],
         submit_fit=lambda w: None,
         persist=lambda w: None,
-        on_commit=lambda m, s, b: None,
+        on_commit=lambda *_: None,
         workload=lambda kind, name, persistent: None,
     )
     spec = WindowSpec(settle_s=0.0, window_s=0.2, min_steps=3)
@@ -189,7 +189,7 @@ def _run_with_stalls(monkeypatch, stalls, horizon=32.0, seed=2):
         power=lambda t0, t1: [],
         submit_fit=lambda w: None,
         persist=lambda w: None,
-        on_commit=lambda m, s, b: None,
+        on_commit=lambda *_: None,
         workload=lambda kind, name, persistent: None,
     )
     spec = WindowSpec(settle_s=0.0, window_s=0.2, min_steps=3)

@@ -63,7 +63,7 @@ def planner(board: Board, rate_change_pairs: int = 8) -> InferenceJobsPlanner:
         power=board.power,
         submit_fit=lambda w: None,
         persist=lambda w: None,
-        on_commit=lambda m, s, b: None,
+        on_commit=lambda *_: None,
         workload=lambda kind, name, persistent: None,
     )
     spec = WindowSpec(settle_s=0.0, window_s=0.2, min_steps=3)

@@ -64,7 +64,7 @@ def _planner() -> tuple[TrainingPlanner, list[PowerMode]]:
         power=lambda t0, t1: [(t0 + i * (t1 - t0) / 8, 10.0) for i in range(9)],
         submit_fit=fit,
         persist=lambda w: None,
-        on_commit=lambda mode, m, b: None,
+        on_commit=lambda *_: None,
         workload=lambda kind, name, p: workloads.setdefault(
             name, WorkloadState(name, kind, strategies[name])
         ),

@@ -30,7 +30,7 @@ def planner():
         power=lambda t0, t1: [],
         submit_fit=lambda w: Future(),
         persist=lambda w: None,
-        on_commit=lambda mode, m, b: None,
+        on_commit=lambda *_: None,
         workload=workload,
     )
     pl = TrainingPlanner(hooks, SPEC)
@@ -118,7 +118,7 @@ def test_a_job_of_unknown_length_earns_measurements_after_its_commit_as_it_runs(
         power=lambda t0, t1: [],
         submit_fit=lambda w: Future(),
         persist=lambda w: None,
-        on_commit=lambda mode, m, b: None,
+        on_commit=lambda *_: None,
         workload=lambda kind, name, persistent: WorkloadState(name, kind, BinarySearch(space)),
     )
     pl = TrainingPlanner(hooks, replace(SPEC, refine_share=0.1))

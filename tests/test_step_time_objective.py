@@ -84,6 +84,10 @@ def test_pins_a_low_power_mode_meeting_the_target(nano_trace):
         # not the lazy answer: far below the fastest mode's power, near the optimum's
         cheapest = min(r.power_w for r in nano_trace.rows if r.time_ms <= target_trace_ms)
         assert row.power_w <= cheapest * 1.25
+        # the daemon's log says what the pin is for: the target and its cap, not a budget
+        pinned = [ln for ln in b.daemon_log.read_text().splitlines() if " pinned " in ln]
+        assert pinned and all("(step-time target " in ln for ln in pinned), pinned
+        assert "power cap 30 W)" in pinned[-1]
 
         # an unreachable target with no budget (capped by the admin's ceiling only): the
         # fastest measured mode, reported as such
@@ -99,6 +103,8 @@ def test_pins_a_low_power_mode_meeting_the_target(nano_trace):
             check=capped_by_the_ceiling,
         )
         assert phase == "tuned" and fastest is not None and "meets" in message
+        last = [ln for ln in b.daemon_log.read_text().splitlines() if " pinned " in ln][-1]
+        assert f"power cap {b.config.budget.max_w:g} W, the target is not met" in last
         # it holds the fastest the search measured (a budget change's few modes: near, not
         # at, the top); judged on the trace, as measured step times stretch under load
         assert nano_trace.lookup(mode).time_ms <= 1.3 * float(nano_trace.time_ms.min())
