@@ -7,9 +7,9 @@ A pause in stepping cancels the window and starts a new one (Zeus-style: a windo
 discarded, never corrupted). Power clearly above the budget ends the window early, since
 profiling must not hold the board over budget for a whole window: more than
 `abort_margin_w` over it, at once (the step time stays unknown); over it beyond the
-readings' noise, as soon as `min_steps` steps are timed. Such a mode cannot be pinned
-under this budget, so more steps would only refine a time the model needs roughly, while
-the board runs over the budget.
+readings' noise, as soon as `min_steps` steps time it to within OVER_TIME_SE. Such a mode
+cannot be pinned under this budget, so more steps would only refine its time while the
+board runs over the budget (a later, higher budget may pin it on that time).
 """
 
 from __future__ import annotations
@@ -28,6 +28,9 @@ PRE_SWITCH_S = 1.0  # how far back to look for the previous mode's power
 # its readings' mean) ends once it has min_steps steps: the mode is over the budget, not
 # a mode just under it read high.
 OVER_Z = 3.0
+# ... once its median step time is known to this relative standard error: steady steps
+# end it at min_steps, jittery ones (a busy host, data loading) run on towards window_s.
+OVER_TIME_SE = 0.02
 
 
 @dataclass(frozen=True)
@@ -123,11 +126,17 @@ class ModeWindow:
         return None
 
     def _clearly_over(self, watts: Sequence[float]) -> bool:
-        """Is the window's mean power over the budget beyond its readings' noise?"""
-        if len(watts) < max(2, self.spec.min_abort_samples):
+        """Is the window's mean power over the budget beyond its readings' noise, with the
+        step time already known to OVER_TIME_SE?"""
+        if len(watts) < max(2, self.spec.min_abort_samples) or len(self._intervals) < 2:
             return False
         se = statistics.stdev(watts) / math.sqrt(len(watts))
-        return statistics.fmean(watts) - OVER_Z * se > self.budget_w
+        if statistics.fmean(watts) - OVER_Z * se <= self.budget_w:
+            return False
+        # the standard error of a median is ~1.25 that of a mean
+        steps = self._intervals
+        rel = 1.25 * statistics.stdev(steps) / statistics.fmean(steps) / math.sqrt(len(steps))
+        return rel <= OVER_TIME_SE
 
     def _over_while_settling(self, now: float, power: PowerSamples) -> Measurement | None:
         """Stop before the window if power is already clearly over the budget: a mode that

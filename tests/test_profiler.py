@@ -220,3 +220,20 @@ def test_a_mode_just_under_the_budget_gets_its_whole_window():
         t, m = measure_until_done(win, 0.05, noisy_power(19.95, seed=seed))
         assert m is not None
         assert t >= SPEC.settle_s + SPEC.window_s - 1e-9
+
+
+def test_a_mode_over_the_budget_with_jittery_steps_is_timed_longer():
+    """Steps jittering by ~20 % time a median poorly on 5 steps: the over-budget window then
+    runs on (here to window_s) rather than leave a later budget a noisy time to pin on."""
+    import random
+
+    rnd = random.Random(3)
+    win = ModeWindow(MODE, SPEC, budget_w=20, t_switch=0.0)
+    power = noisy_power(20.6)
+    t, m = 0.0, None
+    while m is None and t < 10.0:
+        t += 0.05 * max(0.3, rnd.gauss(1.0, 0.2))
+        win.add_steps([t])
+        m = win.poll(t, power)
+    assert m is not None and m.power_w > 20
+    assert m.steps > 2 * SPEC.min_steps
