@@ -1,4 +1,5 @@
 import math
+import random
 
 import pytest
 
@@ -173,8 +174,6 @@ def test_a_lowered_budget_applies_to_a_window_in_flight():
 
 def noisy_power(mean_w, rel=0.01, seed=1):
     """A sampler stand-in: one reading every 0.1 s, `rel` relative gaussian noise."""
-    import random
-
     rnd = random.Random(seed)
     cache = {}
 
@@ -225,8 +224,6 @@ def test_a_mode_just_under_the_budget_gets_its_whole_window():
 def test_a_mode_over_the_budget_with_jittery_steps_is_timed_longer():
     """Steps jittering by ~20 % time a median poorly on 5 steps: the over-budget window then
     runs on (here to window_s) rather than leave a later budget a noisy time to pin on."""
-    import random
-
     rnd = random.Random(3)
     win = ModeWindow(MODE, SPEC, budget_w=20, t_switch=0.0)
     power = noisy_power(20.6)
