@@ -684,12 +684,25 @@ def _workload_lines(s: dict[str, Any]) -> list[str]:
                 parts.append(f"training: {tr['profiled_modes']} modes profiled, {fit}")
             else:
                 parts.append("training: stored")
+            parts[-1] += _cost_str((s.get("profiling") or {}).get(name))
         inf = st.get("inference")
         if inf is not None:
             sizes = ",".join(str(b) for b in inf.get("batch_sizes") or []) or "-"
             parts.append(f"inference: {inf['pairs_profiled']} pairs profiled (b {sizes})")
+            parts[-1] += _cost_str((s.get("inference_profiling") or {}).get(name))
         lines.append(f"  {name:<36} {'; '.join(parts) or 'stored'}")
     return lines
+
+
+def _cost_str(cost: dict[str, Any] | None) -> str:
+    """What profiling cost since the daemon started: its time, and how much of it the board
+    drew over the budget (a probe over the budget is stopped; a mode just over it is timed)."""
+    if not cost or not cost.get("seconds"):
+        return ""
+    return (
+        f", profiled for {cost['seconds']:.1f} s ({100 * cost['share_above_budget']:.0f} % "
+        f"of it over the budget, {100 * cost['share_above_budget_1w']:.1f} % over it by > 1 W)"
+    )
 
 
 def _ms(v: Any) -> str:

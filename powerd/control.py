@@ -516,6 +516,9 @@ class ControlLoop:
             "profiling": {
                 w.name: w.cost.as_dict() for w in self.workloads.values() if w.cost.seconds
             },
+            "inference_profiling": {
+                name: c.as_dict() for name, c in self.inference_samples.costs.items() if c.seconds
+            },
             "workloads": sorted(
                 {w.name for w in self.workloads.values() if w.persistent}
                 | set(self._catalogue)

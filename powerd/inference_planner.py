@@ -12,7 +12,9 @@ that looks within budget only because idle gaps were averaged in.
 
 Rate changes (`set_rate`, or an observed arrival rate off by `rate_drift` for
 `rate_drift_s`) re-solve from what is measured: no new pair is profiled while a measured
-pair fits the new goal, and a few (`rate_change_pairs`, 0 for none) when none does.
+pair fits the new goal, and a few (`rate_change_pairs`, 0 for none; fewer each time a goal
+as easy was out of reach) when none does. A window whose in-batch power is clearly over the
+budget ends once its batch time is known (PairWindow.clearly_over).
 
 A job served alone whose batches run back to back (a backlog in the client's queue) is
 served the fastest measured pair that fits its goal until gaps show the queue drained
@@ -61,13 +63,25 @@ from powerd.optimize.inference import (
 )
 from powerd.optimize.interleave import JointJob, JointPlanner, JointTraining, MeasureSet, ServeSet
 from powerd.planner import BoardHooks, JobSpec, JobView
-from powerd.profiler import WindowSpec
+from powerd.profiler import (
+    OVER_TIME_SE,
+    OVER_Z,
+    ProfilingCost,
+    WindowSpec,
+    no_tail,
+    overshoot,
+)
 
 log = logging.getLogger("powerd.inference")
 
 MIN_POWER_SAMPLES = 3  # in-batch samples needed to trust their mean
 RECENT_BATCHES = 512  # per job, for the measured p99 and the observed arrival rate
 P99_MIN_BATCHES = 8
+# A window ends early over the budget only on this many in-batch readings, with their
+# spread taken as at least this share of the reading (see PairWindow.clearly_over).
+CLEARLY_OVER_READINGS = 8
+SENSOR_SD_FLOOR = 0.005
+COSTS_KEPT = 64  # workloads whose profiling cost status reports
 
 
 @dataclass
@@ -108,6 +122,9 @@ class InferenceSamples:
         self._load = load
         self._save = save
         self._mem: dict[str, dict[Pair, PairMeasurement]] = {}
+        # what profiling each workload cost since the daemon started (status, benchmarks);
+        # kept after its jobs leave, for the last COSTS_KEPT workloads
+        self.costs: collections.OrderedDict[str, ProfilingCost] = collections.OrderedDict()
 
     def of(self, name: str, persistent: bool) -> dict[Pair, PairMeasurement]:
         if name not in self._mem:
@@ -173,6 +190,18 @@ class InferenceSamples:
         for name in [n for n in self._mem if n not in live]:
             del self._mem[name]
 
+    def account(
+        self, name: str, readings: Sequence[tuple[float, float]], budget_w: float | None
+    ) -> None:
+        """A finished window's power readings into the workload's profiling cost."""
+        cost = self.costs.setdefault(name, ProfilingCost())
+        self.costs.move_to_end(name)
+        while len(self.costs) > COSTS_KEPT:
+            self.costs.popitem(last=False)
+        cost.modes_measured += 1
+        if budget_w is not None:
+            cost.account(readings, budget_w)
+
 
 # ---- measuring one pair -----------------------------------------------------------------------
 
@@ -213,6 +242,9 @@ class PairWindow:
     spec: WindowSpec
     batches: list[tuple[float, float]] = field(default_factory=list)  # (start, end)
     cover: bool = False  # the pair covers the rate axis (see InferencePlanner._uncovered)
+    _no_tail: bool | None = None  # was the board within the abort limit before the switch?
+    # batches of the settle: they time a pair stopped over the budget before its window
+    settling: list[tuple[float, float]] = field(default_factory=list)
 
     @property
     def opens(self) -> float:
@@ -221,8 +253,12 @@ class PairWindow:
     def add(self, start: float, end: float, size: int | None = None) -> None:
         """A batch that ran from `start` to `end`; of `size` if the client said (None:
         taken to be of this pair's)."""
-        if start >= self.opens and size in (None, self.pair.batch_size):
+        if size not in (None, self.pair.batch_size) or start < self.applied:
+            return
+        if start >= self.opens:
             self.batches.append((start, end))
+        else:
+            self.settling.append((start, end))
 
     def ready(self, now: float) -> bool:
         if len(self.batches) < self.spec.min_steps:
@@ -240,11 +276,16 @@ class PairWindow:
         `min_abort_samples` readings all over the budget + `abort_margin_w` (over whatever
         runs), or that many readings inside batches whose mean is; else None (and with no
         budget yet). A b=64 window at 20/s takes 16 s to see its 5 batches: that long over
-        the budget is not a probe."""
-        if budget_w is None or now < self.opens:
+        the budget is not a probe. While the pair settles, the readings since the switch
+        count as a training probe's do (a previous pair's falling tail does not)."""
+        if budget_w is None:
             return None
         k = max(1, self.spec.min_abort_samples)
         limit = budget_w + self.spec.abort_margin_w
+        if now < self.opens:
+            if self._no_tail is None:
+                self._no_tail = no_tail(power, self.applied, limit, k)
+            return overshoot([w for _, w in power(self.applied, now)], limit, k, self._no_tail)
         recent = [w for _, w in power(self.opens, now)][-k:]
         if len(recent) == k and min(recent) > limit:
             return float(np.mean(recent))
@@ -254,10 +295,36 @@ class PairWindow:
                 return m.power_w
         return None
 
+    def clearly_over(
+        self,
+        power: Callable[[float, float], Sequence[tuple[float, float]]],
+        budget_w: float | None,
+        lag_s: float = 0.0,
+    ) -> bool:
+        """Is the pair over the budget beyond its in-batch readings' noise, with its median
+        batch time known to OVER_TIME_SE? Then its window may end before `window_s`: the pair
+        cannot be served within the budget, and its time is what the model still needs
+        from it (as a training window ends, powerd.profiler.ModeWindow)."""
+        if budget_w is None or len(self.batches) < max(2, self.spec.min_steps):
+            return False
+        m = self.measure(power, lag_s)
+        if m.power_sd_w is None or m.power_n < CLEARLY_OVER_READINGS:
+            return False
+        # a spread from few readings can read far below the sensor's ~1 % noise
+        se = max(m.power_sd_w, SENSOR_SD_FLOOR * m.power_w) / math.sqrt(m.power_n)
+        if m.power_w - OVER_Z * se <= budget_w:
+            return False
+        d = np.array([e - s for s, e in self.batches])
+        # the standard error of a median is ~1.25 that of a mean
+        rel = 1.25 * float(np.std(d, ddof=1)) / float(np.mean(d)) / math.sqrt(len(d))
+        return rel <= OVER_TIME_SE
+
     def stopped_over(self, power_w: float) -> PairMeasurement:
         """What a window stopped over the budget tells: its power, and its batch times so
-        far (NaN when none finished: the pair is known not to fit, its speed is not)."""
-        d = np.array([(e - s) * 1000.0 for s, e in self.batches])
+        far, those of its settle if it was stopped then (NaN when none finished: the pair
+        is known not to fit, its speed is not). The model needs the times of pairs over
+        the budget as much as any."""
+        d = np.array([(e - s) * 1000.0 for s, e in self.batches or self.settling])
         if not len(d):
             return PairMeasurement(self.pair, math.nan, power_w, None, 0)
         return PairMeasurement(
@@ -499,11 +566,13 @@ class InferenceJobsPlanner:
         if w is not None and self.window_job == job.spec.id:
             over = self._over(w, now)
             if over is not None:
-                self._record(job, w, " (stopped: over the budget)", over)
-            elif not w.ready(now):
-                return
+                self._record(job, w, now, " (stopped: over the budget)", over)
+            elif w.ready(now):
+                self._record(job, w, now, " (covering the rate axis)" if w.cover else "")
+            elif w.clearly_over(self.hooks.power, self.budget_w, self.settings.sensor_lag_s):
+                self._record(job, w, now, f" (over the budget: timed on {len(w.batches)} batches)")
             else:
-                self._record(job, w, " (covering the rate axis)" if w.cover else "")
+                return
             self.window, self.window_job = None, None
         action = job.session.next_action(job.samples)
         if isinstance(action, MeasurePair):
@@ -778,14 +847,17 @@ class InferenceJobsPlanner:
         return _InfJob(spec, session, samples, told_rate=spec.rate_hz)
 
     def _resolve(self, job: _InfJob, rate: float, why: str) -> None:
+        s = job.session
+        goal = dataclasses.replace(s.goal, rate_hz=rate)
         log.info(
-            "job %s: arrival rate %g/s -> %g/s (%s): re-solving from the measured pairs",
+            "job %s: arrival rate %g/s -> %g/s (%s): re-solving from the measured pairs%s",
             job.spec.id,
-            job.session.goal.rate_hz,
+            s.goal.rate_hz,
             rate,
             why,
+            _reach_note(s.times_unreachable(goal)),
         )
-        job.session.set_rate(rate)  # no new pair while a measured one fits (module doc)
+        s.set_rate(rate)  # no new pair while a measured one fits (module doc)
         job.resolves += 1
         job.drift_since = None
         job.draining = False
@@ -937,7 +1009,7 @@ class InferenceJobsPlanner:
             )
             if over is None and not self._joint_window_done(now):
                 return
-            self._finish_joint(active, over)
+            self._finish_joint(active, now, over)
         key = (
             tuple((j.spec.id, j.session.goal, len(j.samples)) for j in active),
             self.budget_w,
@@ -1031,7 +1103,9 @@ class InferenceJobsPlanner:
         """The power that stops window `w` early (see PairWindow.over_budget), or None."""
         return w.over_budget(self.hooks.power, self.budget_w, now, self.settings.sensor_lag_s)
 
-    def _record(self, job: _InfJob, w: PairWindow, how: str, over_w: float | None = None) -> None:
+    def _record(
+        self, job: _InfJob, w: PairWindow, now: float, how: str, over_w: float | None = None
+    ) -> None:
         """A finished window's pair (`over_w`: stopped early at that power): into the job's
         samples and session, and the store."""
         got = (
@@ -1043,6 +1117,8 @@ class InferenceJobsPlanner:
         job.samples[m.pair] = m
         job.session.measured(m.pair)
         self.store.save(job.spec.workload, job.spec.persistent)
+        readings = self.hooks.power(w.applied, now)
+        self.store.account(job.spec.workload, readings, self.budget_w)
         log.info(
             "job %s: measured %s b=%d%s: %s at %.2f W (%d batches%s; %s)",
             job.spec.id,
@@ -1056,7 +1132,7 @@ class InferenceJobsPlanner:
             power_source(m, stopped=over_w is not None),
         )
 
-    def _finish_joint(self, active: list[_InfJob], over_w: float | None = None) -> None:
+    def _finish_joint(self, active: list[_InfJob], now: float, over_w: float | None = None) -> None:
         """Record a shared window; `over_w`: stopped early, power over the budget (every
         job's pair at this mode is recorded at that power: the set does not fit)."""
         ws = self.joint_windows or {}
@@ -1066,14 +1142,14 @@ class InferenceJobsPlanner:
             if w is None:
                 continue
             if over_w is not None:
-                self._record(j, w, " (shared; stopped: over the budget)", over_w)
+                self._record(j, w, now, " (shared; stopped: over the budget)", over_w)
                 continue
             if len(w.batches) < max(1, self.spec.min_steps):
                 # it ran (almost) no batches: out of the shared solve until it runs again
                 j.active = False
                 log.info("job %s: no batches in a shared window: left out for now", j.spec.id)
                 continue
-            self._record(j, w, " (shared)")
+            self._record(j, w, now, " (shared)")
         tr = self.joint_training
         if tr is not None and ws:
             w0 = next(iter(ws.values()))
@@ -1171,6 +1247,15 @@ class InferenceJobsPlanner:
             self.mode = mode
             for j in self.jobs.values():
                 self.new_pair(j)
+
+
+def _reach_note(times: int) -> str:
+    """The log's note on a rate change to a goal at least as hard as `times` goals that
+    were out of reach (it searches less, see InferenceSession)."""
+    if not times:
+        return ""
+    plural = "s" if times > 1 else ""
+    return f" (a goal as easy was out of reach {times} time{plural}: fewer new pairs)"
 
 
 def _p99(batches: Sequence[tuple[float, float]]) -> float | None:

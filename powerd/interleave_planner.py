@@ -231,7 +231,7 @@ class InterleaveJobsPlanner:
             )
             if over is None and not (self.probe.infer.ready(now) and (enough or late)):
                 return
-            self._finish_probe(ij, joint, over)
+            self._finish_probe(ij, joint, now, over)
         planner = self._planner(ij.session.planner.batch_sizes)
         train = {**tr[1].samples, **joint}
         anchor = tr[1].remembered(self.budget_w) if self.budget_w is not None else None
@@ -555,7 +555,11 @@ class InterleaveJobsPlanner:
         return planner
 
     def _finish_probe(
-        self, ij: Any, joint: dict[PowerMode, Measurement], over_w: float | None = None
+        self,
+        ij: Any,
+        joint: dict[PowerMode, Measurement],
+        now: float,
+        over_w: float | None = None,
     ) -> None:
         """Record the probe's pair and the training steps beside it; `over_w`: the probe
         was stopped early, power over the budget (whatever ran: the mode is known not to
@@ -571,6 +575,8 @@ class InterleaveJobsPlanner:
             )
         ij.samples[m.pair] = m
         self.inf.store.save(ij.spec.workload, ij.spec.persistent)
+        readings = self.hooks.power(probe.infer.applied, now)
+        self.inf.store.account(ij.spec.workload, readings, self.budget_w)
         # training: the same measure over the gate's holds
         if probe.holds:
             tw = PairWindow(probe.pair, probe.infer.applied, self.spec, list(probe.holds))

@@ -140,24 +140,13 @@ class ModeWindow:
 
     def _over_while_settling(self, now: float, power: PowerSamples) -> Measurement | None:
         """Stop before the window if power is already clearly over the budget: a mode that
-        overshoots should not hold the board over budget while it settles. A falling
-        reading may be the previous mode's tail, so it does not count, unless the board
-        was within the limit just before the switch (then there is no such tail and
-        `min_abort_samples` readings suffice)."""
+        overshoots should not hold the board over budget while it settles."""
         k = self.spec.min_abort_samples
         limit = self.budget_w + self.spec.abort_margin_w
         if self._no_tail is None:
-            before = [w for _, w in power(self.t_switch - PRE_SWITCH_S, self.t_switch)][-k:]
-            self._no_tail = len(before) == k and max(before) <= limit
-        watts = [w for _, w in power(self.t_switch, now)]
-        if len(watts) < (k if self._no_tail else 2 * k):
-            return None
-        recent = watts[-k:]
-        if min(recent) <= limit:
-            return None
-        if not self._no_tail and statistics.fmean(recent) < statistics.fmean(watts[-2 * k : -k]):
-            return None
-        return self._finish(statistics.fmean(recent), aborted=True)
+            self._no_tail = no_tail(power, self.t_switch, limit, k)
+        over = overshoot([w for _, w in power(self.t_switch, now)], limit, k, self._no_tail)
+        return None if over is None else self._finish(over, aborted=True)
 
     def _start_window(self, now: float) -> None:
         self.state = "measuring"
@@ -180,6 +169,27 @@ class ModeWindow:
         self.state = "done"
         t = statistics.median(self._intervals) if self._intervals else math.nan
         return Measurement(self.mode, t, power_w, len(self._intervals), aborted)
+
+
+def no_tail(power: PowerSamples, t_switch: float, limit_w: float, k: int) -> bool:
+    """Was the board within `limit_w` for the last `k` readings before a switch? Then what
+    follows the switch has no previous mode's tail in it."""
+    before = [w for _, w in power(t_switch - PRE_SWITCH_S, t_switch)][-k:]
+    return len(before) == k and max(before) <= limit_w
+
+
+def overshoot(since: Sequence[float], limit_w: float, k: int, no_tail: bool) -> float | None:
+    """The power (mean of the last `k` readings since a switch) when they are all over
+    `limit_w`, else None. A falling reading may be the previous mode's tail, so it does not
+    count, unless there was no such tail (then `k` readings suffice, else 2k)."""
+    if len(since) < (k if no_tail else 2 * k):
+        return None
+    recent = since[-k:]
+    if min(recent) <= limit_w:
+        return None
+    if not no_tail and statistics.fmean(recent) < statistics.fmean(since[-2 * k : -k]):
+        return None
+    return statistics.fmean(recent)
 
 
 @dataclass

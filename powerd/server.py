@@ -487,6 +487,7 @@ class Daemon:
             "tuner": control.get("tuner"),
             "planner": control.get("planner"),
             "profiling": control.get("profiling", {}),
+            "inference_profiling": control.get("inference_profiling", {}),
             "workloads": control.get("workloads", []),
             "workloads_in_memory": control.get("workloads_in_memory", []),
             "workload_state": control.get("workload_state", {}),

@@ -61,5 +61,9 @@ def test_no_target_and_no_queue_that_drains_is_reported_not_a_crash(batches, tmp
 
             mode = PowerMode(**eb.status()["mode"])
             assert batches[b].lookup(mode).power_w <= BUDGET + 0.5
+            # what profiling cost is reported per inference workload, as for training
+            cost = eb.status()["inference_profiling"]["flood"]
+            assert cost["modes_measured"] == job["pairs_profiled"]
+            assert cost["seconds"] > 0 and 0.0 <= cost["share_above_budget_1w"] <= 1.0
         log = eb.daemon_log.read_text()
     assert "internal error" not in log

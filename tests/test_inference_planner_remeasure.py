@@ -135,6 +135,52 @@ def test_a_pair_clearly_over_the_budget_is_not_measured_again():
     assert pl.window is None or pl.window.pair != g2
 
 
+@pytest.mark.parametrize("level, above, above_1w", [(10.5, 0.0, 0.0), (11.4, 1.0, 0.0)])
+def test_what_a_window_cost_is_accounted_to_its_workload(level, above, above_1w):
+    """Each finished window's readings count towards the workload's profiling cost (time
+    above the budget and above the budget + 1 W), as a training window's do."""
+    pl = planner(Board([level]))
+    register(pl)
+    run_window(pl, "j1")
+    cost = pl.store.costs["w"].as_dict()
+    assert cost["modes_measured"] == 1 and cost["seconds"] > 0.3
+    assert cost["share_above_budget"] == pytest.approx(above, abs=0.05)
+    assert cost["share_above_budget_1w"] == pytest.approx(above_1w, abs=0.05)
+    pl.store.forget(set())  # its pairs leave memory when its jobs are gone; its cost stays
+    assert pl.store.costs["w"].as_dict() == cost
+
+
+@pytest.mark.parametrize(
+    "level, durations, ends_early",
+    [
+        (12.0, [BATCH_S] * 4, True),  # 1 W over the budget, steady batches
+        (10.9, [BATCH_S] * 4, False),  # within the budget: the whole window
+        (12.0, [0.02, 0.05] * 2, False),  # over, but the batch time is not known yet
+    ],
+)
+def test_a_window_clearly_over_the_budget_ends_once_its_batch_time_is_known(
+    level, durations, ends_early
+):
+    """A pair over the budget by far more than its readings' noise cannot be served: its
+    window ends at min_steps batches when they are steady, keeping its time and in-batch
+    power (below the abort line of budget + 1 W: no early stop before this)."""
+    pl = planner(Board([level]))
+    register(pl)
+    w = pl.window
+    t0 = time.monotonic() + 0.001
+    pl.hooks.power.__self__.windows.append(t0)
+    ends = t0 + np.cumsum(durations)
+    pl.feed("j1", list(ends), list(durations))
+    pl.tick(float(ends[-1]) + 0.005)  # before window_s (0.2 s) has passed
+    m = pl.jobs["j1"].samples.get(w.pair)
+    assert (m is not None) == ends_early
+    if ends_early:
+        assert m.batches == len(durations) and m.power_w == pytest.approx(level, abs=0.05)
+        assert m.batch_ms == pytest.approx(BATCH_S * 1000, rel=0.01)
+    else:
+        assert pl.window is w
+
+
 def test_a_rate_change_measures_no_pair_when_the_admin_says_so():
     g2 = Pair(PowerMode(4, 1000, 2, 1000), 1)
     probed = {}

@@ -3,6 +3,8 @@ and the board's power while batches run (powerd.inference_planner.PairWindow).""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -106,3 +108,85 @@ def test_a_window_reports_its_readings_spread_and_the_store_keeps_the_pooled_rea
     store.save("w", persistent=True)
     back = InferenceSamples(lambda name: saved.get(name), saved.__setitem__).of("w", True)
     assert back[PAIR] == both
+
+
+@pytest.mark.parametrize(
+    "level, readings_per_batch, over",
+    [
+        (15.5, 3, True),  # 0.5 W over on 18 steady readings
+        (15.02, 3, False),  # noise-free readings 0.02 W over: within the sensor's noise
+        (15.5, 1, False),  # 6 readings: too few to call it
+    ],
+)
+def test_a_window_is_clearly_over_only_beyond_the_sensors_noise(
+    level, readings_per_batch, over
+) -> None:
+    """clearly_over ends a window early only on enough in-batch readings, and never on a
+    spread read from them below the sensor's noise (noise-free readings would otherwise
+    make 0.02 W over the budget look certain)."""
+    batches = [(1.0 + 0.1 * k, 1.05 + 0.1 * k) for k in range(6)]  # 50 ms batches
+
+    def power(t0: float, t1: float):
+        step = 0.05 / (readings_per_batch + 1)
+        ts = [s + step * (i + 1) for s, _ in batches for i in range(readings_per_batch)]
+        return [(t, level) for t in ts if t0 <= t <= t1]
+
+    assert _window(batches).clearly_over(power, 15.0) is over
+
+
+def _levels(before_w: float, after_w: list[float]):
+    """Readings every 10 ms (at 5, 15, 25 ... ms): `before_w` until the switch at t=0, then
+    `after_w` in turn (the last one held)."""
+
+    def power(t0: float, t1: float):
+        out = []
+        for i in range(-100, 500):
+            t = i * 0.01 + 0.005
+            w = before_w if t < 0 else after_w[min(i, len(after_w) - 1)]
+            if t0 <= t <= t1:
+                out.append((t, w))
+        return out
+
+    return power
+
+
+def test_a_pair_over_the_budget_is_stopped_while_it_settles() -> None:
+    """The settle (2 s on a board) is no time to hold a pair 1 W over the budget: three
+    readings over the limit stop it, as they stop a training probe. Before, an inference
+    window checked nothing until its settle had passed."""
+    w = PairWindow(PAIR, applied=0.0, spec=SPEC)  # opens at 0.5 s
+    power = _levels(14.0, [17.0])
+    assert w.over_budget(power, 15.0, now=0.02) is None  # two readings so far
+    assert w.over_budget(power, 15.0, now=0.03) == pytest.approx(17.0)
+    # within the limit (budget + 1 W): no stop
+    assert PairWindow(PAIR, 0.0, SPEC).over_budget(_levels(14.0, [15.9]), 15.0, 0.3) is None
+
+
+def test_a_previous_pairs_falling_tail_does_not_stop_a_settling_pair() -> None:
+    # the board was over the limit before the switch: readings falling from it are that
+    # pair's tail, and the new pair is judged only once they stop falling
+    falling = [18.0, 17.5, 17.0, 16.5, 16.2, 16.1, 15.5]
+    w = PairWindow(PAIR, applied=0.0, spec=SPEC)
+    assert w.over_budget(_levels(18.0, falling), 15.0, now=0.06) is None
+    w2 = PairWindow(PAIR, applied=0.0, spec=SPEC)
+    assert w2.over_budget(_levels(18.0, falling), 15.0, now=0.3) is None  # settled at 15.5
+    # a level over the limit once the tail has passed (6 readings at 17 W): stopped
+    w3 = PairWindow(PAIR, applied=0.0, spec=SPEC)
+    over = _levels(18.0, [18.0, 17.0])
+    assert w3.over_budget(over, 15.0, now=0.06) is None  # 18, 17 x 5: still falling
+    assert w3.over_budget(over, 15.0, now=0.08) == pytest.approx(17.0)
+
+
+def test_a_pair_stopped_while_it_settles_keeps_the_times_of_its_settle_batches() -> None:
+    """The model needs the batch time of a pair over the budget as much as any: stopped
+    in its settle, the pair is timed on the batches it ran since the switch (with none
+    timed, a search at 15 W walked through six 12-core modes, each stopped untimed)."""
+    w = PairWindow(PAIR, applied=0.0, spec=SPEC)  # opens at 0.5 s
+    w.add(-0.05, 0.02)  # began before the switch: the previous pair's
+    w.add(0.03, 0.10)
+    w.add(0.11, 0.18, size=4)  # another batch size
+    w.add(0.19, 0.26)
+    m = w.stopped_over(17.0)
+    assert m.batches == 2 and m.batch_ms == pytest.approx(70.0)
+    assert w.batches == []  # the window's own batches start after the settle
+    assert math.isnan(PairWindow(PAIR, 0.0, SPEC).stopped_over(17.0).batch_ms)

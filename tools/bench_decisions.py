@@ -52,7 +52,7 @@ from powerd.config import ProfilingConfig  # noqa: E402
 from powerd.errors import PowerdError  # noqa: E402
 from powerd.optimize.powertrain import Tuning, seed_count  # noqa: E402
 from powerd.predictor.transfer import INTERVAL_COVERAGE  # noqa: E402
-from powerd.sim.harness import EmulatedBoard  # noqa: E402
+from powerd.sim.harness import EmulatedBoard, scaled_profiling  # noqa: E402
 from powerd.sim.job import run_training_job  # noqa: E402
 from powerd.sim.trace import Trace  # noqa: E402
 from powerd.store import Store  # noqa: E402
@@ -158,6 +158,8 @@ def main() -> int:
             f"{'decide s':>8} {'1st pen':>8}"
         )
         seen = 0
+        prof = scaled_profiling(args.time_scale)
+        window_s = (prof["settle_ms"] + prof["window_ms"]) / 1000.0
         for i, b in enumerate(budgets):
             workload = f"{trace.name}-{b:g}W" if args.fresh else trace.name
             before = 0 if args.fresh else seen
@@ -169,9 +171,9 @@ def main() -> int:
                 args.time_scale,
                 endpoint=board.endpoint,
                 # between measurements after the commit the job reads tuned for a settle
-                # + window (0.21 s at 0.03, more on a loaded machine): it ends once the daemon
-                # has nothing more to measure
-                stay_tuned_s=1.0 if args.expected_steps else 0.3,
+                # + window (0.21 s at 0.03, 1.8 s at 0.3, more on a loaded machine): it ends
+                # once the daemon has nothing more to measure
+                stay_tuned_s=max(1.0, 1.5 * window_s) if args.expected_steps else 0.3,
                 seed=args.seed + i,
                 max_s=300 + args.run_after_tuned,
                 expected_steps=args.expected_steps or None,

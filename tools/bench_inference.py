@@ -626,10 +626,25 @@ def through_daemon(scale: float, max_pairs: int, quick: bool, daemon_log: str | 
                                     before = rows[-1].get("pairs")
                                     client.set_rate(rate)
                                     point(client, "rate", name, before)
-    _daemon_summary(rows, time.monotonic() - t_start)
+            costs = (eb.status() or {}).get("inference_profiling") or {}
+    _daemon_summary(rows, time.monotonic() - t_start, costs)
 
 
-def _daemon_summary(rows: list[dict], wall_s: float) -> None:
+def _cost_line(costs: dict[str, dict]) -> str:
+    """Profiling time above the budget (+ 1 W), pooled over the workloads' windows."""
+    total = sum(c["seconds"] for c in costs.values())
+    if not total:
+        return "-"
+    above = sum(c["share_above_budget"] * c["seconds"] for c in costs.values()) / total
+    above1 = sum(c["share_above_budget_1w"] * c["seconds"] for c in costs.values()) / total
+    pairs = sum(c["modes_measured"] for c in costs.values())
+    return (
+        f"{pct(100 * above1)} above budget + 1 W (above the budget: {pct(100 * above)}) of "
+        f"{total:.1f} s of {pairs} windows (emulated seconds, all readings of each window)"
+    )
+
+
+def _daemon_summary(rows: list[dict], wall_s: float, costs: dict[str, dict]) -> None:
     ok = [r for r in rows if r["decided"]]
     feas = [r for r in ok if r["truth"]["feasible"]]
     infeas = [r for r in ok if not r["truth"]["feasible"]]
@@ -686,6 +701,7 @@ def _daemon_summary(rows: list[dict], wall_s: float) -> None:
         f"  rate changes: {len(rate)}, re-solved with no new pair "
         f"{sum(r['new_pairs'] == 0 for r in rate)}, new pairs max "
         f"{max((r['new_pairs'] for r in rate), default=0)}\n"
+        f"  profiling time: {_cost_line(costs)}\n"
         f"  time to a settled decision (trace s): fresh {[round(r['settle_s']) for r in fresh]}; "
         f"changes median {np.median([r['settle_s'] for r in ok if r['kind'] != 'fresh']):.1f} "
         f"max {max(r['settle_s'] for r in ok if r['kind'] != 'fresh'):.1f}\n"
@@ -994,6 +1010,8 @@ def interleaved_daemon(scale: float, max_pairs: int, modes: int, daemon_log: str
                     flush=True,
                 )
                 trainer.stop()
+                costs = (eb.status() or {}).get("inference_profiling") or {}
+                print(f"    inference profiling time: {_cost_line(costs)}", flush=True)
         print(f"    ({time.monotonic() - t_start:.0f} s)", flush=True)
     if shares_own:
         print(

@@ -24,7 +24,8 @@ has a budget of its own, even past `max_pairs` (like training's few more per bud
 While a measured pair fits the new goal, a rate change measures nothing (RATE_NEW_PAIRS) and
 a budget or latency change at most RESOLVE_NEW_PAIRS pairs, to verify a better predicted
 pick. With no measured pair fitting, either measures up to RESOLVE_MAX_PAIRS (a rate change:
-the session's `rate_search_pairs`, which an admin may set to 0), first probing
+the session's `rate_search_pairs`, which an admin may set to 0, halved for every goal at
+least as easy that the job was already served infeasible), first probing
 the pair predicted to drain best when no measured pair drains: serving a goal it could meet
 beats a re-solve that measures nothing. Those probes go to the least-power pair whose
 chance to fit, from the model's stated spread at each pair (``spread``), is at least
@@ -63,6 +64,7 @@ pair.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import math
 from collections.abc import Callable, Mapping, Sequence
@@ -199,6 +201,15 @@ class InferenceGoal:
             raise ValueError(f"rate_hz must be > 0, got {self.rate_hz}")
         if self.latency_ms is not None and not self.latency_ms > 0:
             raise ValueError(f"latency_ms must be > 0, got {self.latency_ms}")
+
+    def at_least_as_hard_as(self, other: InferenceGoal) -> bool:
+        """Does every pair that fits this goal fit `other` too? (A rate as high or higher,
+        a budget as low or lower, a latency target as tight or tighter.)"""
+        if self.rate_hz < other.rate_hz or self.budget_w > other.budget_w:
+            return False
+        if other.latency_ms is None:
+            return True
+        return self.latency_ms is not None and self.latency_ms <= other.latency_ms
 
 
 def worst_latency_ms(batch_size: np.ndarray | int, rate_hz: float, batch_ms: np.ndarray | float):
@@ -835,6 +846,12 @@ class InferenceSession:
         self.cover_left = self._cover_pairs()
         self._covering: Pair | None = None
         self.served: ServePair | None = None
+        # the goals this job was served infeasible (its search over), once per goal change:
+        # a rate change to a goal at least as hard as k of them may measure only
+        # rate_search_pairs / 2**k pairs (a rate swinging in and out of reach would otherwise
+        # measure new pairs at every swing; a little more search may still find a thin pair)
+        self.unreachable: collections.deque[InferenceGoal] = collections.deque(maxlen=64)
+        self._found_unreachable = False
 
     def _cover_pairs(self) -> int:
         return len(self.planner.batch_sizes) + COVER_EXTRA_PAIRS
@@ -846,7 +863,14 @@ class InferenceSession:
         self._covering = action.pair if isinstance(action, MeasurePair) and action.cover else None
         if isinstance(action, ServePair):
             self.served = action
+            if not action.feasible and not self._found_unreachable:
+                self._found_unreachable = True
+                self.unreachable.append(self.goal)
         return action
+
+    def times_unreachable(self, goal: InferenceGoal) -> int:
+        """How many goals this job was served infeasible that `goal` is at least as hard as."""
+        return sum(goal.at_least_as_hard_as(g) for g in self.unreachable)
 
     def measured(self, pair: Pair) -> None:
         if pair == self._covering:
@@ -863,12 +887,15 @@ class InferenceSession:
         self.cover_left = self._cover_pairs() if cover else 0
         self._covering = None
         self.served = None
+        self._found_unreachable = False
 
     def set_rate(self, rate_hz: float) -> None:
         """Serve the new rate from the measured pairs; measure (at most
-        `rate_search_pairs`) only if none fits it."""
+        `rate_search_pairs`) only if none fits it and no search for a goal as easy found
+        none."""
         goal = InferenceGoal(rate_hz, self.goal.budget_w, self.goal.latency_ms)
-        self._change(goal, RATE_NEW_PAIRS, cover=False, search=self.rate_search_pairs)
+        search = self.rate_search_pairs >> self.times_unreachable(goal)
+        self._change(goal, RATE_NEW_PAIRS, cover=False, search=search)
 
     def set_budget(self, budget_w: float) -> None:
         """A new budget: may measure RESOLVE_NEW_PAIRS pairs to verify a better pick, and

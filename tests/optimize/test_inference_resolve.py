@@ -286,3 +286,37 @@ def test_resnet18_after_a_higher_budget_finds_a_pair_under_14_w(resnet_pairs, se
     served, _ = solve_session(session, samples, measure)
     assert served.within_budget, served
     assert resnet_pairs.rows[served.pair][1] <= 14.0
+
+
+def test_a_rate_swinging_out_of_reach_measures_less_at_each_swing() -> None:
+    """A rate that swings between a goal met by a measured pair and one no pair meets (a
+    model sure that everything fits): the first swing out searches the full allowance, each
+    later one half as many new pairs, so the swings stop costing measurements; coming back
+    in reach measures nothing."""
+
+    class Wrong:
+        def predict(self, modes, b):
+            return np.ones(len(b)), np.ones(len(b))  # everything fits at 1 ms, 1 W
+
+    modes = np.array([(4, 1000, g, 1000) for g in range(1, 31)])
+    pl = InferencePlanner(modes, SIZES, lambda s: Wrong(), max_pairs=3)
+    # true power 5 + 3g + 0.1b W: under 9 W only g=1 (b=1, 4) fits; at 500/s none drains
+    samples = {pair(1, 1): exact(pair(1, 1))}
+    session = InferenceSession(pl, InferenceGoal(rate_hz=50, budget_w=9, latency_ms=100))
+    new_per_swing = []
+    for _ in range(6):
+        session.set_rate(500)
+        new = 0
+        while isinstance(action := session.next_action(samples), MeasurePair):
+            samples[action.pair] = exact(action.pair)
+            session.measured(action.pair)
+            new += 1
+        assert not action.feasible and action.within_budget
+        new_per_swing.append(new)
+        session.set_rate(50)
+        back = session.next_action(samples)
+        assert isinstance(back, ServePair) and back.feasible and back.pair == pair(1, 1)
+    assert new_per_swing == [RESOLVE_MAX_PAIRS, 4, 2, 1, 0, 0]
+    # a harder goal than one out of reach counts too; an easier one does not
+    assert session.times_unreachable(InferenceGoal(600, 8, 50)) == 6
+    assert session.times_unreachable(InferenceGoal(400, 9, 100)) == 0
