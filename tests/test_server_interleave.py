@@ -100,6 +100,16 @@ def _serve(eb, gpu, batches, duration_s: float, **kw):
     )
 
 
+def _windows_accounted(eb) -> int:
+    """Every inference window the daemon logged, interleaved probes included, counted
+    towards the workload's profiling cost in status: how many there were."""
+    log = eb.daemon_log.read_text()
+    windows = len(re.findall(r"interleaved probe .* b=\d+|inference: job \w+: measured ", log))
+    costs = eb.status().get("inference_profiling") or {}
+    assert sum(c["modes_measured"] for c in costs.values()) == windows, (costs, windows)
+    return windows
+
+
 class _Stop(Exception):
     pass
 
@@ -821,6 +831,8 @@ def _new_inference_workload_probes(eb, gpu, batches, train_trace) -> None:
         # the emulator's 1 % noise, averaged over the readings; the training steps around
         # the batches draw more than the batches here (stale readings would read high)
         assert float(watts) == pytest.approx(row.power_w, abs=0.4), (row, watts)
+    # what the probes cost is in status, as a window of the job alone would be
+    assert _windows_accounted(eb) >= len(lines)
 
 
 def test_after_an_admin_restore_interleaved_jobs_run_unmanaged_and_quietly(
