@@ -60,6 +60,11 @@ SEND_HWM = 100  # messages queued in the socket before sends are dropped (never 
 MAX_QUEUED_STEPS = 65_536  # steps waiting for the connection thread; beyond: oldest dropped
 GONE_AFTER_BEATS = 3  # heartbeats without any answer: the daemon is gone, the job a no-op
 GONE_AFTER_MIN_S = 2.0
+# The connection thread runs every FLUSH_INTERVAL_S: a gap this long (at least two
+# heartbeats) means this process was stopped (SIGSTOP, a debugger, a suspended machine). A
+# re-registration soon after such a stop is put down to it, not to a daemon restart.
+PAUSED_AFTER_MIN_S = 0.5
+PAUSE_EXPLAINS_S = 5.0
 REREGISTER_RETRY_S = 3.0
 # What a job reads while powerd does not manage it (not answering, released by an admin):
 # nothing is decided for it, as for a job the daemon itself released (feasible None), not
@@ -469,6 +474,7 @@ class Job:
         self._last_heartbeat = 0.0
         self._last_flush = 0.0
         self._paused_s = 0.0  # how long this process was last stopped (0: not seen)
+        self._paused_at = 0.0  # when that stop was seen
         self._closed = False
         self._warned: set[str] = set()
         self._gone_since: float | None = None
@@ -670,12 +676,15 @@ class Job:
             log.warning("powerd: %s", text)
 
     def _flush(self, now: float) -> list[BaseModel]:
-        gone_after = max(GONE_AFTER_MIN_S, GONE_AFTER_BEATS * self._state.heartbeat_ms / 1000.0)
+        beat_s = self._state.heartbeat_ms / 1000.0
+        gone_after = max(GONE_AFTER_MIN_S, GONE_AFTER_BEATS * beat_s)
         # this thread runs every FLUSH_INTERVAL_S: a far longer gap means this process was
-        # stopped (SIGSTOP, a suspended machine), and the daemon's silence over it says
-        # nothing about the daemon
-        if self._last_flush and now - self._last_flush > gone_after:
+        # stopped, and the daemon's silence over it says nothing about the daemon. (Judged
+        # against gone_after, a stop just past the daemon's heartbeat timeout but under
+        # 2 s went unseen, and the re-registration read as a daemon restart.)
+        if self._last_flush and now - self._last_flush > max(PAUSED_AFTER_MIN_S, 2 * beat_s):
             self._paused_s = now - self._last_flush
+            self._paused_at = now
             self._conn.last_reply = now
         self._last_flush = now
         silent = now - self._conn.last_reply
@@ -763,7 +772,7 @@ class Job:
             self._rereg_id = None
             old = self._state.job
             self._epoch_id = self._conn.next_id()
-            if self._paused_s:
+            if self._paused_s and time.monotonic() - self._paused_at < PAUSE_EXPLAINS_S:
                 log.warning(
                     "powerd: this process was stopped for %.1f s, longer than the daemon "
                     "waits for a heartbeat, so the daemon ended job %s: registered again as %s",
