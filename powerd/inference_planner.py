@@ -63,14 +63,7 @@ from powerd.optimize.inference import (
 )
 from powerd.optimize.interleave import JointJob, JointPlanner, JointTraining, MeasureSet, ServeSet
 from powerd.planner import BoardHooks, JobSpec, JobView
-from powerd.profiler import (
-    OVER_TIME_SE,
-    OVER_Z,
-    ProfilingCost,
-    WindowSpec,
-    no_tail,
-    overshoot,
-)
+from powerd.profiler import ProfilingCost, WindowSpec, no_tail, over_and_timed, overshoot
 
 log = logging.getLogger("powerd.inference")
 
@@ -302,9 +295,9 @@ class PairWindow:
         lag_s: float = 0.0,
     ) -> bool:
         """Is the pair over the budget beyond its in-batch readings' noise, with its median
-        batch time known to OVER_TIME_SE? Then its window may end before `window_s`: the pair
-        cannot be served within the budget, and its time is what the model still needs
-        from it (as a training window ends, powerd.profiler.ModeWindow)."""
+        batch time known (powerd.profiler.over_and_timed, as a training window ends early)?
+        Then its window may end before `window_s`: the pair cannot be served within the
+        budget, and its time is what the model still needs from it."""
         if budget_w is None or len(self.batches) < max(2, self.spec.min_steps):
             return False
         m = self.measure(power, lag_s)
@@ -312,12 +305,7 @@ class PairWindow:
             return False
         # a spread from few readings can read far below the sensor's ~1 % noise
         se = max(m.power_sd_w, SENSOR_SD_FLOOR * m.power_w) / math.sqrt(m.power_n)
-        if m.power_w - OVER_Z * se <= budget_w:
-            return False
-        d = np.array([e - s for s, e in self.batches])
-        # the standard error of a median is ~1.25 that of a mean
-        rel = 1.25 * float(np.std(d, ddof=1)) / float(np.mean(d)) / math.sqrt(len(d))
-        return rel <= OVER_TIME_SE
+        return over_and_timed(m.power_w, se, budget_w, [e - s for s, e in self.batches])
 
     def stopped_over(self, power_w: float) -> PairMeasurement:
         """What a window stopped over the budget tells: its power, and its batch times so
@@ -847,17 +835,17 @@ class InferenceJobsPlanner:
         return _InfJob(spec, session, samples, told_rate=spec.rate_hz)
 
     def _resolve(self, job: _InfJob, rate: float, why: str) -> None:
-        s = job.session
-        goal = dataclasses.replace(s.goal, rate_hz=rate)
+        before = job.session.goal.rate_hz
+        # no new pair while a measured one fits (module doc)
+        out_of_reach = job.session.set_rate(rate)
         log.info(
             "job %s: arrival rate %g/s -> %g/s (%s): re-solving from the measured pairs%s",
             job.spec.id,
-            s.goal.rate_hz,
+            before,
             rate,
             why,
-            _reach_note(s.times_unreachable(goal)),
+            _reach_note(out_of_reach),
         )
-        s.set_rate(rate)  # no new pair while a measured one fits (module doc)
         job.resolves += 1
         job.drift_since = None
         job.draining = False

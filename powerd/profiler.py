@@ -128,15 +128,10 @@ class ModeWindow:
     def _clearly_over(self, watts: Sequence[float]) -> bool:
         """Is the window's mean power over the budget beyond its readings' noise, with the
         step time already known to OVER_TIME_SE?"""
-        if len(watts) < max(2, self.spec.min_abort_samples) or len(self._intervals) < 2:
+        if len(watts) < max(2, self.spec.min_abort_samples):
             return False
         se = statistics.stdev(watts) / math.sqrt(len(watts))
-        if statistics.fmean(watts) - OVER_Z * se <= self.budget_w:
-            return False
-        # the standard error of a median is ~1.25 that of a mean
-        steps = self._intervals
-        rel = 1.25 * statistics.stdev(steps) / statistics.fmean(steps) / math.sqrt(len(steps))
-        return rel <= OVER_TIME_SE
+        return over_and_timed(statistics.fmean(watts), se, self.budget_w, self._intervals)
 
     def _over_while_settling(self, now: float, power: PowerSamples) -> Measurement | None:
         """Stop before the window if power is already clearly over the budget: a mode that
@@ -169,6 +164,19 @@ class ModeWindow:
         self.state = "done"
         t = statistics.median(self._intervals) if self._intervals else math.nan
         return Measurement(self.mode, t, power_w, len(self._intervals), aborted)
+
+
+def over_and_timed(
+    power_w: float, se_w: float, budget_w: float, durations: Sequence[float]
+) -> bool:
+    """Is `power_w` over the budget by more than OVER_Z standard errors, with the median of
+    `durations` (steps or batches) known to OVER_TIME_SE? Then a window may end early: the
+    mode cannot serve this budget, and its time is what is still wanted of it."""
+    if len(durations) < 2 or power_w - OVER_Z * se_w <= budget_w:
+        return False
+    # the standard error of a median is ~1.25 that of a mean
+    spread = statistics.stdev(durations) / statistics.fmean(durations)
+    return 1.25 * spread / math.sqrt(len(durations)) <= OVER_TIME_SE
 
 
 def no_tail(power: PowerSamples, t_switch: float, limit_w: float, k: int) -> bool:

@@ -889,13 +889,16 @@ class InferenceSession:
         self.served = None
         self._found_unreachable = False
 
-    def set_rate(self, rate_hz: float) -> None:
+    def set_rate(self, rate_hz: float) -> int:
         """Serve the new rate from the measured pairs; measure (at most
-        `rate_search_pairs`) only if none fits it and no search for a goal as easy found
-        none."""
+        `rate_search_pairs`, halved for each goal as easy that was out of reach) only if
+        none fits it. Returns how many such goals there were."""
         goal = InferenceGoal(rate_hz, self.goal.budget_w, self.goal.latency_ms)
-        search = self.rate_search_pairs >> self.times_unreachable(goal)
-        self._change(goal, RATE_NEW_PAIRS, cover=False, search=search)
+        out_of_reach = self.times_unreachable(goal)
+        self._change(
+            goal, RATE_NEW_PAIRS, cover=False, search=self.rate_search_pairs >> out_of_reach
+        )
+        return out_of_reach
 
     def set_budget(self, budget_w: float) -> None:
         """A new budget: may measure RESOLVE_NEW_PAIRS pairs to verify a better pick, and
