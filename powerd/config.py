@@ -163,8 +163,8 @@ class InferenceConfig(_Section):
     max_pairs: int = Field(30, ge=1, le=1000)
     # new pairs a rate change (set_rate or drift) of a job served alone may measure when no
     # measured pair fits the new rate; 0: it never measures (serves the best measured pair,
-    # flagged infeasible when none fits). powerd.optimize.inference.RESOLVE_MAX_PAIRS.
-    rate_change_pairs: int = Field(8, ge=0, le=1000)
+    # flagged infeasible when none fits). powerd.optimize.inference.RATE_CHANGE_PAIRS.
+    rate_change_pairs: int = Field(0, ge=0, le=1000)
 
     @field_validator("batch_sizes")
     @classmethod

@@ -11,9 +11,10 @@ sample of the whole window is taken instead: never below the busy power, so neve
 that looks within budget only because idle gaps were averaged in.
 
 Rate changes (`set_rate`, or an observed arrival rate off by `rate_drift` for
-`rate_drift_s`) re-solve from what is measured: no new pair is profiled while a measured
-pair fits the new goal, and a few (`rate_change_pairs`, 0 for none; fewer each time a goal
-as easy was out of reach) when none does. A window whose in-batch power is clearly over the
+`rate_drift_s`) re-solve from what is measured, profiling nothing: the pairs measured at
+each budget cover the rate axis (powerd.optimize.rate_cover). An admin may let a rate
+change that no measured pair fits measure a few (`rate_change_pairs`; fewer each time a
+goal as easy was out of reach). A window whose in-batch power is clearly over the
 budget ends once its batch time is known (PairWindow.clearly_over).
 
 A job served alone whose batches run back to back (a backlog in the client's queue) is
@@ -50,7 +51,7 @@ from powerd.optimize.backlog import (
 )
 from powerd.optimize.base import Measurement
 from powerd.optimize.inference import (
-    RESOLVE_MAX_PAIRS,
+    RATE_CHANGE_PAIRS,
     InferenceGoal,
     InferencePlanner,
     InferenceSession,
@@ -84,7 +85,7 @@ class InferenceSettings:
     rate_drift: float = 0.2
     rate_drift_s: float = 10.0
     # new pairs a rate change may measure when no measured pair fits the new rate
-    rate_change_pairs: int = RESOLVE_MAX_PAIRS
+    rate_change_pairs: int = RATE_CHANGE_PAIRS
     # readings this soon after a batch starts may still show the gap before it: the
     # sensor's own lag where it reports one (Hardware.sensor_lag_s), else one sampling
     # period (a reading then reflects the load up to one period before it)

@@ -15,9 +15,9 @@ def test_shipped_config_is_valid_and_equals_defaults():
 
 def test_inference_keys_reach_the_inference_planner():
     from powerd.inference_planner import InferenceSettings
-    from powerd.optimize.inference import RESOLVE_MAX_PAIRS
+    from powerd.optimize.inference import RATE_CHANGE_PAIRS
 
-    assert InferenceSettings.from_config(Config()).rate_change_pairs == RESOLVE_MAX_PAIRS
+    assert InferenceSettings.from_config(Config()).rate_change_pairs == RATE_CHANGE_PAIRS == 0
     cfg = parse_config(
         {
             "inference": {"rate_change_pairs": 0, "max_pairs": 12},

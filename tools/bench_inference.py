@@ -35,7 +35,7 @@ from powerd.modes import PowerMode
 from powerd.optimize.backlog import WATCH_BATCHES
 from powerd.optimize.base import Measurement
 from powerd.optimize.inference import (
-    RESOLVE_MAX_PAIRS,
+    RATE_CHANGE_PAIRS,
     InferenceGoal,
     InferencePlanner,
     InferenceSession,
@@ -295,7 +295,7 @@ D_FRESH = ((30.0, 400.0, 20.0), (250.0, None, 25.0))
 D_QUICK = dict(rates=(30.0, 250.0), latencies=(400.0, None), budgets=(20.0, 15.0))
 
 
-def walks(n: int, methods: tuple[str, ...], rate_change_pairs: int = RESOLVE_MAX_PAIRS) -> None:
+def walks(n: int, methods: tuple[str, ...], rate_change_pairs: int = RATE_CHANGE_PAIRS) -> None:
     """The daemon grid's walk (--daemon) replayed at planner level: n walks per trace and
     prior, the first in the daemon's order, the others with the rates, latencies and
     budgets each shuffled. Points feasible only through a glitch row of the trace (see
@@ -1066,10 +1066,10 @@ def main() -> None:
     ap.add_argument(
         "--rate-change-pairs",
         type=int,
-        default=RESOLVE_MAX_PAIRS,
+        default=RATE_CHANGE_PAIRS,
         metavar="N",
         help="with --walks: the daemon's [inference] rate_change_pairs (new pairs a rate "
-        f"change may measure when no measured pair fits; default {RESOLVE_MAX_PAIRS})",
+        f"change may measure when no measured pair fits; default {RATE_CHANGE_PAIRS})",
     )
     args = ap.parse_args()
     if args.walks:

@@ -21,27 +21,27 @@ serves the lowest worst-case latency under the budget and says so (``feasible=Fa
 Because the plan is re-derived from the samples, a rate change re-solves from what is
 measured and fitted. `max_pairs` bounds the first goal's search; a re-solve (a later goal)
 has a budget of its own, even past `max_pairs` (like training's few more per budget change).
-While a measured pair fits the new goal, a rate change measures nothing (RATE_NEW_PAIRS) and
-a budget or latency change at most RESOLVE_NEW_PAIRS pairs, to verify a better predicted
-pick. With no measured pair fitting, either measures up to RESOLVE_MAX_PAIRS (a rate change:
-the session's `rate_search_pairs`, which an admin may set to 0, halved for every goal at
-least as easy that the job was already served infeasible), first probing
-the pair predicted to drain best when no measured pair drains: serving a goal it could meet
-beats a re-solve that measures nothing. Those probes go to the least-power pair whose
-chance to fit, from the model's stated spread at each pair (``spread``), is at least
-FIT_PROB, else to the likeliest pair: the pairs a point prediction puts just inside the
-goal are mostly just outside it, so least-power-predicted-fit probes were spent at the
-edge. The chance ranks pairs; it is not calibrated (at the pairs chosen it runs optimistic,
-as any maximum over noisy estimates does).
+A rate change measures nothing (the session's `rate_search_pairs`, RATE_CHANGE_PAIRS by
+default): it serves the least-power measured pair that fits the new rate, or, when none
+does, the best measured latency within the budget, flagged infeasible. A budget or latency
+change measures at most RESOLVE_NEW_PAIRS pairs while a measured pair fits, to verify a
+better predicted pick; with none fitting, up to RESOLVE_MAX_PAIRS, first probing the pair
+predicted to drain best when no measured pair drains. An admin may let a rate change
+measure too (`[inference] rate_change_pairs`: that many new pairs when no measured pair
+fits, halved for every goal at least as easy that the job was already served infeasible).
+Those probes go to the least-power pair whose chance to fit, from the model's stated
+spread at each pair (``spread``), is at least FIT_PROB, else to the likeliest pair: the
+pairs a point prediction puts just inside the goal are mostly just outside it, so
+least-power-predicted-fit probes were spent at the edge. The chance ranks pairs; it is not
+calibrated (at the pairs chosen it runs optimistic, as any maximum over noisy estimates
+does).
 
-Rate changes are served from measured pairs because the measured pairs *cover the rate
-axis*: if any pair at batch size b fits a goal, the fastest pair at b within the budget
-(almost always) fits it too, since a faster batch drains sooner and ends sooner. So a new
-workload (after its seeds), a new budget and a new registration of a known workload first
-measure, at each batch size whose fastest measured pair within the budget the model
-predicts beaten by more than COVER_SLACK, the pair predicted fastest within the budget:
-at most one per batch size plus COVER_EXTRA_PAIRS, an allowance of its own. A rate change
-covers nothing: it re-solves from the covered pairs.
+Rate changes can be served from measured pairs because the measured pairs *cover the rate
+axis* (see rate_cover): at the goal's latency target and budget each pair fits an interval
+of arrival rates, and a new workload (once its seeds are measured), a new budget and a new
+registration of a known workload measure the pairs expected to add the most rates that no
+measured pair fits yet, while any is expected to add enough: at most one per batch size
+plus COVER_EXTRA_PAIRS, an allowance of its own.
 
 The budget is never exceeded to serve a goal: when nothing measured is within the budget,
 a re-solve whose cap is spent measures past it the pair predicted to draw least power
@@ -74,6 +74,7 @@ from typing import Protocol
 import numpy as np
 
 from powerd.modes import PowerMode
+from powerd.optimize import rate_cover
 from powerd.optimize.normal import norm_cdf
 
 DRAIN_FRACTION = 0.9  # t_inf <= 0.9 * b/r: the queue drains despite jitter
@@ -81,6 +82,9 @@ DRAIN_FRACTION = 0.9  # t_inf <= 0.9 * b/r: the queue drains despite jitter
 # more if that pick fails. A rate change serves the measured fit pair as it is.
 RESOLVE_NEW_PAIRS = 2
 RATE_NEW_PAIRS = 0
+# New pairs a rate change may measure when no measured pair fits it (the default of
+# `[inference] rate_change_pairs`): none, the rate axis is covered beforehand.
+RATE_CHANGE_PAIRS = 0
 # Pairs a re-solve may measure when no measured pair fits its goal (past max_pairs too).
 RESOLVE_MAX_PAIRS = 8
 # A pair measured over the budget by less than BORDER_Z standard errors of its power
@@ -91,11 +95,9 @@ MAX_WINDOWS = 2
 # fit (from the model's spread) is at least FIT_PROB, else the likeliest one.
 FIT_PROB = 0.5
 MIN_FIT_PROB = 0.02
-# Measurements a new workload or a new budget may spend covering the rate axis (the
-# fastest pair within the budget at each batch size), and how much faster an unmeasured
-# pair must be predicted than the fastest measured one for a batch size to count uncovered.
-COVER_EXTRA_PAIRS = 2
-COVER_SLACK = 0.05
+# Measurements a new workload or a new budget may spend covering the rate axis: one per
+# batch size plus this many.
+COVER_EXTRA_PAIRS = 5
 # The spread (sd of the log error) assumed for a predictor that states none.
 DEFAULT_SPREAD = (0.10, 0.05)
 
@@ -522,8 +524,13 @@ class InferencePlanner:
         again = self._remeasure(goal, samples) if can_measure or not resolving else None
         if again is not None:
             return MeasurePair(again)
-        if cover_left > 0 and (resolving or self.seeds <= len(samples) < self.max_pairs):
-            c = self._uncovered(goal.budget_w, t, pm, samples, measured)
+        # a new workload covers once its seeds are measured, or at once when no seed is to
+        # be had (a goal nothing is predicted to fit has none, and serves after one pair)
+        seeded = len(samples) >= self.seeds or (
+            self._seed(lat, t, self._violation(goal, t, pm, lat, latency=False), measured) is None
+        )
+        if cover_left > 0 and (resolving or (seeded and len(samples) < self.max_pairs)):
+            c = self._uncovered(goal, samples, measured)
             if c is not None:
                 return MeasurePair(self._pairs[c], cover=True)
         if resolving and can_measure and not fit:
@@ -659,36 +666,31 @@ class InferencePlanner:
         return i
 
     def _uncovered(
-        self,
-        budget_w: float,
-        t: np.ndarray,
-        pm: np.ndarray,
-        samples: Mapping[Pair, PairMeasurement],
-        measured: np.ndarray,
+        self, goal: InferenceGoal, samples: Mapping[Pair, PairMeasurement], measured: np.ndarray
     ) -> int | None:
-        """The predicted fastest pair within the budget at the first batch size whose
-        fastest measured pair within the budget is predicted beaten by more than
-        COVER_SLACK (None when every size is covered).
-
-        Why: if any pair at batch size b fits a goal (r, L, B), so does the fastest pair at
-        b within B (a faster batch drains sooner and ends sooner). So the fastest pair
-        within the budget at every batch size, once measured, covers every rate: a later
-        rate change finds a measured pair fitting it whenever one can, and re-solves with
-        no new measurement."""
-        for b in self._size_order():
-            on_b = self.grid_b == b
-            cand = on_b & ~measured & np.isfinite(t) & (pm <= budget_w)
-            if not cand.any():
-                continue
-            have = [
-                m.batch_ms
-                for m in samples.values()
-                if m.pair.batch_size == b and m.power_w <= budget_w and math.isfinite(m.batch_ms)
-            ]
-            if have and min(have) <= (1 + COVER_SLACK) * float(t[cand].min()):
-                continue
-            return self._best_index(cand, t, pm)
-        return None
+        """The unmeasured pair expected to cover the most rates of the ladder that no
+        measured pair fits at the goal's latency target and budget (see rate_cover); None
+        when none is expected to cover enough."""
+        t, p, st, sp, _ = self._predicted(samples)
+        ms = [m for m in samples.values() if math.isfinite(m.batch_ms) and m.batch_ms > 0]
+        mb = np.array([m.pair.batch_size for m in ms], float)
+        mt = np.array([m.batch_ms for m in ms], float)
+        mp = np.array([m.power_w for m in ms], float)
+        # the ladder's top: the fastest drain rate predicted or measured within the budget
+        with np.errstate(divide="ignore", invalid="ignore"):
+            top_pred = np.where((p <= goal.budget_w) & (t > 0), self.grid_b * 1000.0 / t, 0.0)
+        top_meas = np.where(mp <= goal.budget_w, mb * 1000.0 / mt, 0.0)
+        top = DRAIN_FRACTION * max(
+            float(np.max(top_pred, initial=0.0)), float(np.max(top_meas, initial=0.0))
+        )
+        rates = rate_cover.rate_ladder(top)
+        tail = np.array([m.tail_ms for m in ms], float)
+        args = (goal.budget_w, goal.latency_ms, DRAIN_FRACTION)
+        done = rate_cover.covered(mb, mt, tail, mp, rates, *args)
+        i, _ = rate_cover.best_cover(
+            self.grid_b, t, st, p, sp, ~measured, rates[~done], *args, self.time_margin
+        )
+        return i
 
     def _worth_exploring(self, viol: np.ndarray, measured: np.ndarray, can_measure: bool) -> bool:
         """Is an unmeasured pair predicted to fit, or to miss by less than the model's error?"""
@@ -832,7 +834,7 @@ class InferenceSession:
         planner: InferencePlanner,
         goal: InferenceGoal,
         profiled: bool = False,
-        rate_search_pairs: int = RESOLVE_MAX_PAIRS,
+        rate_search_pairs: int = RATE_CHANGE_PAIRS,
     ):
         self.planner = planner
         self.goal = goal

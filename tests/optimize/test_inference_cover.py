@@ -1,6 +1,7 @@
 """Covering the rate axis (planner level, a synthetic model, no daemon): a new workload or
-budget measures the fastest pair within the budget at every batch size, so that a later rate
-change is served from measured pairs, and the covering is bounded."""
+budget measures pairs until every arrival rate some pair fits at its latency target and
+budget is fitted by a measured pair, so that a later rate change is served from measured
+pairs, and the covering is bounded."""
 
 from __future__ import annotations
 
@@ -20,6 +21,24 @@ from powerd.optimize.inference import (
 )
 
 
+def rates_fitted(goal: InferenceGoal, pairs) -> np.ndarray:
+    """Which rates of a fine ladder (1-5000/s) some of `pairs` fits at the goal's latency
+    target and budget, measured exactly."""
+    rates = np.geomspace(1.0, 5000.0, 400)
+    return np.array(
+        [
+            any(
+                fit_for(exact(q), InferenceGoal(float(r), goal.budget_w, goal.latency_ms))
+                for q in pairs
+            )
+            for r in rates
+        ]
+    )
+
+
+ALL_PAIRS = [pair(g, b) for g in (1, 2, 3) for b in SIZES]
+
+
 def settle(session: InferenceSession, samples: dict, measure=exact) -> tuple[ServePair, list]:
     """Run the session to a ServePair; (what it serves, the actions measured on the way)."""
     taken = []
@@ -30,16 +49,16 @@ def settle(session: InferenceSession, samples: dict, measure=exact) -> tuple[Ser
     return action, taken
 
 
-def test_a_new_workload_covers_every_batch_size_then_a_rate_change_measures_nothing() -> None:
+def test_a_new_workload_covers_the_rate_axis_then_a_rate_change_measures_nothing() -> None:
     pl = InferencePlanner(MODES, SIZES, lambda samples: Model())
     samples: dict[Pair, PairMeasurement] = {}
     # 50/s and 20 ms: b=1 at the slowest clock fits (7 ms, 8.1 W)
     session = InferenceSession(pl, InferenceGoal(rate_hz=50, budget_w=20, latency_ms=20))
     first, taken = settle(session, samples)
     assert first.feasible and first.pair == pair(1, 1)
-    # the fastest pair within the budget (g=3) at each batch size is measured
-    assert {pair(3, b) for b in SIZES} <= set(samples)
+    # every rate some pair fits at 20 ms and 20 W is fitted by a measured pair
     assert any(a.cover for a in taken)
+    assert (rates_fitted(session.goal, samples) == rates_fitted(session.goal, ALL_PAIRS)).all()
     # 500/s with 20 ms: b=1 cannot drain (0.9 * 2 ms), b=16 waits 30 ms to fill; only b=4 at
     # g >= 2 fits. The covering measured g=3, b=4: the re-solve serves it, measuring nothing.
     session.set_rate(500)
@@ -70,7 +89,10 @@ def test_a_budget_change_covers_at_the_new_budget() -> None:
     session.set_budget(13)  # g=3 (14.1-15.6 W) is over; g=2 (11.1-12.6 W) is the fastest
     served, taken = settle(session, samples)
     covered = [a.pair for a in taken if a.cover]
-    assert covered and set(covered) == {pair(2, b) for b in SIZES} - before
+    # the rates g=3 served at 20 ms are covered at 13 W by g=2 at b=1 and b=4; b=16 fills
+    # in 15/r, so it fits no rate at 20 ms (its 18.5 ms batch drains only below 778/s)
+    assert covered and set(covered) == {pair(2, 1), pair(2, 4)} - before
+    assert (rates_fitted(session.goal, samples) == rates_fitted(session.goal, ALL_PAIRS)).all()
     assert session.new_pairs == len(taken) - len(covered)  # covering has its own allowance
     assert served.feasible and samples[served.pair].power_w <= 13
 

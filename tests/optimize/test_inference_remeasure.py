@@ -84,9 +84,18 @@ def test_the_only_pair_that_fits_read_just_over_the_budget_is_measured_again_the
         pair(2, 1): reading(pair(2, 1), 11.02),
         pair(3, 1): reading(pair(3, 1), 14.0),
         pair(3, 4): reading(pair(3, 4), 14.0),
+        pair(1, 16): reading(pair(1, 16), 9.6),  # within the budget, 187 ms: too slow
     }
+    # By default a rate change profiles nothing, not even a second window: it serves the
+    # best latency measured within the budget, flagged infeasible.
     session = InferenceSession(pl, goal, profiled=True)
-    session.set_rate(100.0)  # a rate change: no new pair, but a second window is allowed
+    session.set_rate(100.0)
+    held = session.next_action(samples)
+    assert isinstance(held, ServePair) and not held.feasible and held.pair == pair(1, 16)
+    # An admin's rate_change_pairs lets it measure: the pair read just over gets a second
+    # window, which is no new pair.
+    session = InferenceSession(pl, goal, profiled=True, rate_search_pairs=8)
+    session.set_rate(100.0)
     assert session._limit == RATE_NEW_PAIRS
     action = session.next_action(samples)
     assert action == MeasurePair(pair(2, 1))

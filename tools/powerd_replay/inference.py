@@ -23,7 +23,7 @@ from powerd.modes import FIELDS, PowerMode
 from powerd.optimize.base import Measurement
 from powerd.optimize.inference import (
     MAX_WINDOWS,
-    RESOLVE_MAX_PAIRS,
+    RATE_CHANGE_PAIRS,
     InferenceAction,
     InferenceGoal,
     InferencePlanner,
@@ -309,7 +309,7 @@ def replay_walk(
     order: GridOrder,
     measure: Callable[..., PairMeasurement],
     skip_outliers: bool = True,
-    rate_change_pairs: int = RESOLVE_MAX_PAIRS,
+    rate_change_pairs: int = RATE_CHANGE_PAIRS,
 ) -> list[tuple[str, GoalResult]]:
     """The daemon's sessions over `order` (see GridOrder): (kind of change, result) per
     point, kinds "fresh", "latency", "budget", "rate"; samples shared along the walk.
