@@ -845,7 +845,8 @@ class InferenceJobsPlanner:
             before,
             rate,
             why,
-            _reach_note(out_of_reach),
+            # only where rate changes may measure (an admin's rate_change_pairs)
+            _reach_note(out_of_reach) if job.session.rate_search_pairs else "",
         )
         job.resolves += 1
         job.drift_since = None
