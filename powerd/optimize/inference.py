@@ -41,7 +41,8 @@ axis* (see rate_cover): at the goal's latency target and budget each pair fits a
 of arrival rates, and a new workload (once its seeds are measured), a new budget and a new
 registration of a known workload measure the pairs expected to add the most rates that no
 measured pair fits yet, while any is expected to add enough: at most one per batch size
-plus COVER_EXTRA_PAIRS, an allowance of its own.
+plus COVER_EXTRA_PAIRS, an allowance of its own. A new workload covers once its seeds are
+measured, or at once when its first goal has none (no pair is predicted to drain it).
 
 The budget is never exceeded to serve a goal: when nothing measured is within the budget,
 a re-solve whose cap is spent measures past it the pair predicted to draw least power
@@ -524,15 +525,19 @@ class InferencePlanner:
         again = self._remeasure(goal, samples) if can_measure or not resolving else None
         if again is not None:
             return MeasurePair(again)
-        # a new workload covers once its seeds are measured, or at once when no seed is to
-        # be had (a goal nothing is predicted to fit has none, and serves after one pair)
-        seeded = len(samples) >= self.seeds or (
-            self._seed(lat, t, self._violation(goal, t, pm, lat, latency=False), measured) is None
-        )
-        if cover_left > 0 and (resolving or (seeded and len(samples) < self.max_pairs)):
-            c = self._uncovered(goal, samples, measured)
-            if c is not None:
-                return MeasurePair(self._pairs[c], cover=True)
+        if cover_left > 0 and (resolving or len(samples) < self.max_pairs):
+            # a new workload covers once its seeds are measured, or at once when no seed is
+            # to be had (a goal no pair is predicted to drain has none, and is served after
+            # one pair: it would never cover)
+            if (
+                resolving
+                or len(samples) >= self.seeds
+                or self._seed(lat, t, self._violation(goal, t, pm, lat, latency=False), measured)
+                is None
+            ):
+                c = self._uncovered(goal, samples, measured)
+                if c is not None:
+                    return MeasurePair(self._pairs[c], cover=True)
         if resolving and can_measure and not fit:
             likely = self._likely_fit(goal, samples, p, measured)
             if likely is not None:

@@ -122,3 +122,20 @@ def test_covering_is_bounded_when_the_model_keeps_promising_faster_pairs() -> No
     session.set_rate(12)
     _, taken = settle(session, samples, measure)
     assert not any(a.cover for a in taken)
+
+
+def test_a_first_goal_nothing_drains_still_covers_the_rate_axis() -> None:
+    """2000/s: no pair drains (b=16 at g=3 takes 12.3 ms, the drain limit is 7.2 ms), so the
+    first goal has no seed and is served infeasible after measuring the pair that serves
+    the most requests. It covers the rate axis all the same: a later 100/s (where b=16
+    fills in 150 ms, over the 100 ms target) is served from measured pairs."""
+    pl = InferencePlanner(MODES, SIZES, lambda samples: Model())
+    samples: dict[Pair, PairMeasurement] = {}
+    session = InferenceSession(pl, InferenceGoal(rate_hz=2000, budget_w=20, latency_ms=100))
+    first, taken = settle(session, samples)
+    assert not first.feasible and any(a.cover for a in taken)
+    assert (rates_fitted(session.goal, samples) == rates_fitted(session.goal, ALL_PAIRS)).all()
+    session.set_rate(100)
+    second, taken = settle(session, samples)
+    assert taken == [] and second.feasible
+    assert fit_for(samples[second.pair], session.goal)
