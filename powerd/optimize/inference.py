@@ -683,7 +683,8 @@ class InferencePlanner:
         mp = np.array([m.power_w for m in ms], float)
         # the ladder's top: the fastest drain rate predicted or measured within the budget
         with np.errstate(divide="ignore", invalid="ignore"):
-            top_pred = np.where((p <= goal.budget_w) & (t > 0), self.grid_b * 1000.0 / t, 0.0)
+            ok = (p <= goal.budget_w) & np.isfinite(t) & (t > 0)
+            top_pred = np.where(ok, self.grid_b * 1000.0 / t, 0.0)
         top_meas = np.where(mp <= goal.budget_w, mb * 1000.0 / mt, 0.0)
         top = DRAIN_FRACTION * max(
             float(np.max(top_pred, initial=0.0)), float(np.max(top_meas, initial=0.0))
