@@ -609,7 +609,7 @@ class InferenceJobsPlanner:
             elif not action.drains:
                 log.warning(
                     "job %s: no pair measured under %g W keeps up with %g requests/s: serving "
-                    "the most, %s b=%d, %.0f/s at %.2f W (the queue grows)",
+                    "the most, %s b=%d, %.0f/s at %.2f W (the queue grows)%s",
                     job.spec.id,
                     g.budget_w,
                     g.rate_hz,
@@ -617,11 +617,12 @@ class InferenceJobsPlanner:
                     action.pair.batch_size,
                     action.requests_per_s,
                     action.power_w,
+                    _measured_only_note(job.session),
                 )
             else:
                 log.warning(
                     "job %s: latency %s ms cannot be met under %g W at %g/s: serving the best "
-                    "measured, %s b=%d, worst-case %.1f ms at %.2f W",
+                    "measured, %s b=%d, worst-case %.1f ms at %.2f W%s",
                     job.spec.id,
                     g.latency_ms,
                     g.budget_w,
@@ -630,6 +631,7 @@ class InferenceJobsPlanner:
                     action.pair.batch_size,
                     action.latency_ms,
                     action.power_w,
+                    _measured_only_note(job.session),
                 )
 
     def phase_of(self, job_id: str) -> JobView:
@@ -688,7 +690,8 @@ class InferenceJobsPlanner:
             return JobView(
                 "tuned",
                 f"no pair under {g.budget_w:g} W keeps up with {g.rate_hz:g} requests/s: "
-                f"serving the most, {served.requests_per_s:.0f}/s (the queue grows)",
+                f"serving the most, {served.requests_per_s:.0f}/s (the queue grows)"
+                + _measured_only_note(job.session),
                 False,
                 b,
                 batch_size=size,
@@ -699,7 +702,8 @@ class InferenceJobsPlanner:
         return JobView(
             "tuned",
             f"{what} cannot be met under {g.budget_w:g} W at "
-            f"{g.rate_hz:g}/s: serving with the best, {served.latency_ms:.1f} ms",
+            f"{g.rate_hz:g}/s: serving with the best, {served.latency_ms:.1f} ms"
+            + _measured_only_note(job.session),
             False,
             b,
             batch_size=size,
@@ -1237,6 +1241,17 @@ class InferenceJobsPlanner:
             self.mode = mode
             for j in self.jobs.values():
                 self.new_pair(j)
+
+
+def _measured_only_note(session: InferenceSession) -> str:
+    """Said of an infeasible goal set by a rate change that measured nothing: the answer
+    is the best of the pairs measured so far, not a search's."""
+    if not session.measured_only:
+        return ""
+    return (
+        " (of the pairs measured so far: this rate change measured no new pair; a new job "
+        "of this workload or a budget change searches again)"
+    )
 
 
 def _reach_note(times: int) -> str:

@@ -200,6 +200,11 @@ def test_a_rate_change_measures_no_pair_when_the_admin_says_so():
             served = pl.serving["j1"]
             assert served.pair == g2 and not served.feasible and served.within_budget
             assert len(pl.jobs["j1"].samples) == 1 and board.applied[-1] == g2.mode
+            # the job is told that this is the best of what was measured, not a search's
+            # answer, and what would search again
+            message = pl.phase_of("j1").message
+            assert "this rate change measured no new pair" in message, message
+            assert "budget change searches again" in message
     assert probed == {8: True, 0: False}
 
 

@@ -860,6 +860,9 @@ class InferenceSession:
         # measure new pairs at every swing; a little more search may still find a thin pair)
         self.unreachable: collections.deque[InferenceGoal] = collections.deque(maxlen=64)
         self._found_unreachable = False
+        # the goal came from a rate change that may measure no new pair: what it serves is
+        # the best of the pairs already measured, not a search's answer
+        self.measured_only = False
 
     def _cover_pairs(self) -> int:
         return len(self.planner.batch_sizes) + COVER_EXTRA_PAIRS
@@ -896,6 +899,7 @@ class InferenceSession:
         self._covering = None
         self.served = None
         self._found_unreachable = False
+        self.measured_only = search == 0
 
     def set_rate(self, rate_hz: float) -> int:
         """Serve the new rate from the measured pairs; measure (at most
