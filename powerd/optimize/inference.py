@@ -433,6 +433,9 @@ class InferencePlanner:
         self.refine = refine
         self._axes = [np.unique(self.modes[:, j]) for j in range(4)]
         self._cache: tuple[ReadingsKey, tuple[np.ndarray, ...]] | None = None
+        # the last covering answer: a job being served asks for its next action every
+        # control tick, and the answer changes only with the goal or the readings
+        self._cover_cache: tuple[tuple[InferenceGoal, ReadingsKey], int | None] | None = None
 
     def pair(self, i: int) -> Pair:
         return self._pairs[i]
@@ -525,16 +528,15 @@ class InferencePlanner:
         again = self._remeasure(goal, samples) if can_measure or not resolving else None
         if again is not None:
             return MeasurePair(again)
+        # the next seed while fewer than `seeds` pairs are measured (None: none to be had)
+        seed = None
+        if len(samples) < self.seeds:
+            seed = self._seed(lat, t, self._violation(goal, t, pm, lat, latency=False), measured)
+        # a new workload covers once its seeds are measured, or at once when no seed is to
+        # be had (a goal no pair is predicted to drain has none, and is served after one
+        # pair: it would never cover)
         if cover_left > 0 and (resolving or len(samples) < self.max_pairs):
-            # a new workload covers once its seeds are measured, or at once when no seed is
-            # to be had (a goal no pair is predicted to drain has none, and is served after
-            # one pair: it would never cover)
-            if (
-                resolving
-                or len(samples) >= self.seeds
-                or self._seed(lat, t, self._violation(goal, t, pm, lat, latency=False), measured)
-                is None
-            ):
+            if resolving or len(samples) >= self.seeds or seed is None:
                 c = self._uncovered(goal, samples, measured)
                 if c is not None:
                     return MeasurePair(self._pairs[c], cover=True)
@@ -557,10 +559,8 @@ class InferencePlanner:
                 idx = np.flatnonzero(cand)
                 order = np.lexsort((idx, p[idx], viol[idx], drain_v[idx]))
                 return MeasurePair(self._pairs[int(idx[order[0]])])
-        if can_measure and len(samples) < self.seeds:
-            seed = self._seed(lat, t, self._violation(goal, t, pm, lat, latency=False), measured)
-            if seed is not None:
-                return MeasurePair(self._pairs[seed])
+        if can_measure and seed is not None:
+            return MeasurePair(self._pairs[seed])
         if goal.latency_ms is not None:
             if fit or self._worth_exploring(viol, measured, can_measure):
                 return self._search(goal, fit, p, lat, viol, measured, can_measure)
@@ -676,6 +676,9 @@ class InferencePlanner:
         """The unmeasured pair expected to cover the most rates of the ladder that no
         measured pair fits at the goal's latency target and budget (see rate_cover); None
         when none is expected to cover enough."""
+        key = (goal, frozenset(samples.items()))
+        if self._cover_cache is not None and self._cover_cache[0] == key:
+            return self._cover_cache[1]
         t, p, st, sp, _ = self._predicted(samples)
         ms = [m for m in samples.values() if math.isfinite(m.batch_ms) and m.batch_ms > 0]
         mb = np.array([m.pair.batch_size for m in ms], float)
@@ -696,6 +699,7 @@ class InferencePlanner:
         i, _ = rate_cover.best_cover(
             self.grid_b, t, st, p, sp, ~measured, rates[~done], *args, self.time_margin
         )
+        self._cover_cache = (key, i)
         return i
 
     def _worth_exploring(self, viol: np.ndarray, measured: np.ndarray, can_measure: bool) -> bool:
@@ -860,9 +864,6 @@ class InferenceSession:
         # measure new pairs at every swing; a little more search may still find a thin pair)
         self.unreachable: collections.deque[InferenceGoal] = collections.deque(maxlen=64)
         self._found_unreachable = False
-        # the goal came from a rate change that may measure no new pair: what it serves is
-        # the best of the pairs already measured, not a search's answer
-        self.measured_only = False
 
     def _cover_pairs(self) -> int:
         return len(self.planner.batch_sizes) + COVER_EXTRA_PAIRS
@@ -899,7 +900,12 @@ class InferenceSession:
         self._covering = None
         self.served = None
         self._found_unreachable = False
-        self.measured_only = search == 0
+
+    @property
+    def measured_only(self) -> bool:
+        """Did the goal come from a rate change that may measure no new pair? Then what it
+        serves is the best of the pairs already measured, not a search's answer."""
+        return self._search == 0
 
     def set_rate(self, rate_hz: float) -> int:
         """Serve the new rate from the measured pairs; measure (at most
