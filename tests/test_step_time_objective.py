@@ -13,6 +13,7 @@ import time
 import powerd
 from powerd.sim.emulator import read_effective_mode
 from powerd.sim.harness import EmulatedBoard
+from powerd.sim.job import run_training_job
 
 TS = 0.03
 
@@ -109,3 +110,22 @@ def test_pins_a_low_power_mode_meeting_the_target(nano_trace):
         # at, the top); judged on the trace, as measured step times stretch under load
         assert nano_trace.lookup(mode).time_ms <= 1.3 * float(nano_trace.time_ms.min())
         assert fastest >= 0.9 * nano_trace.lookup(mode).time_ms * TS
+
+
+def test_the_emulated_job_asks_for_a_step_time_and_keeps_the_verdict(nano_trace):
+    # what tools/bench_decisions.py --step-time runs: the emulated job helper, not a loop of
+    # its own; an unreachable target ends tuned at a mode within the cap, marked infeasible
+    with EmulatedBoard("orin-nano", nano_trace, time_scale=TS, strategy="powertrain") as b:
+        run = run_training_job(
+            b.root,
+            nano_trace,
+            15.0,
+            "st-helper",
+            TS,
+            endpoint=b.endpoint,
+            stay_tuned_s=0.3,
+            max_s=120,
+            step_time_ms=0.5 * float(nano_trace.time_ms.min()) * TS,
+        )
+    assert run.final_phase == "tuned" and run.final_feasible is False
+    assert nano_trace.lookup(run.final_mode).power_w <= 15.5

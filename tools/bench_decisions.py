@@ -30,6 +30,13 @@ scale).
 under each budget (and the best among rows that are no glitch), and the pinned mode's true
 power against the budget.
 
+`--step-time`: the step-time objective instead (`powerd.request(step_time_ms=T)`), one new
+workload per target; the targets are the best step time under each own-range budget + 3 %
+(tools/strategy_replay.py --step-time replays the same targets without a daemon), within a
+power cap 5 W above the trace's top. Per target: the pinned mode, whether its true step
+time meets T (2 % slack), its true power over the lowest-power mode that meets T (and over
+the lowest among rows that are no glitch), whether the daemon claimed T infeasible.
+
 Each trace is labelled in-sample (the strategy's knobs were tuned by replaying it) or
 held-out (never used for tuning: its figures are the honest ones); see HELD_OUT.
 """
@@ -59,12 +66,14 @@ from powerd.store import Store  # noqa: E402
 from powerd_replay.machine import load_note  # noqa: E402
 from powerd_replay.plots import BudgetOutcome, save_decisions_plot  # noqa: E402
 from powerd_replay.training import (  # noqa: E402
+    TimeTargetResult,
     consistent_best_time,
     inconsistent_rows,
     load_trace,
     mixed_order,
     own_range_budgets,
     sample_label,
+    time_targets,
 )
 
 
@@ -112,7 +121,15 @@ def main() -> int:
         metavar="FILE.png",
         help="also draw the sweep: pinned vs best step time and the pinned power per budget",
     )
+    ap.add_argument(
+        "--step-time",
+        action="store_true",
+        help="the step-time objective: one new workload per target (the best time under each "
+        "budget + 3 %%) instead of budgets",
+    )
     args = ap.parse_args()
+    if args.step_time and args.plot:
+        ap.error("--plot draws budget sweeps; --step-time prints its table only")
     if args.plot:
         try:
             import matplotlib  # noqa: F401
@@ -128,6 +145,8 @@ def main() -> int:
     if args.run_after_tuned:
         length += f", each training {args.run_after_tuned:g} s on after it first reads tuned"
     budgets = parse_budgets(args.budgets) if args.budgets else list(own_range_budgets(trace))
+    if args.step_time:
+        return step_time_sweep(args, trace, budgets, length)
     if not args.fresh and args.order == "mixed":
         budgets = mixed_order(budgets, args.seed)
     regime = "new workload per budget" if args.fresh else f"one workload, {args.order} order"
@@ -135,14 +154,7 @@ def main() -> int:
     bad = inconsistent_rows(trace)
     print(load_note("at the start"), flush=True)
     t_start = time.monotonic()
-    with EmulatedBoard(
-        args.board,
-        trace,
-        time_scale=args.time_scale,
-        strategy=args.strategy,
-        seed=args.seed,
-        daemon_log=args.daemon_log,
-    ) as board:
+    with emulated_board(args, trace) as board:
         store = Store(board.state_dir)
         board_key = board.status()["board_key"]
         print(
@@ -158,8 +170,6 @@ def main() -> int:
             f"{'decide s':>8} {'1st pen':>8}"
         )
         seen = 0
-        prof = scaled_profiling(args.time_scale)
-        window_s = (prof["settle_ms"] + prof["window_ms"]) / 1000.0
         for i, b in enumerate(budgets):
             workload = f"{trace.name}-{b:g}W" if args.fresh else trace.name
             before = 0 if args.fresh else seen
@@ -170,14 +180,8 @@ def main() -> int:
                 workload,
                 args.time_scale,
                 endpoint=board.endpoint,
-                # between measurements after the commit the job reads tuned for a settle
-                # + window (0.21 s at 0.03, 1.8 s at 0.3, more on a loaded machine): it ends
-                # once the daemon has nothing more to measure
-                stay_tuned_s=max(1.0, 1.5 * window_s) if args.expected_steps else 0.3,
                 seed=args.seed + i,
-                max_s=300 + args.run_after_tuned,
-                expected_steps=args.expected_steps or None,
-                run_after_tuned_s=args.run_after_tuned,
+                **job_length(args),
             )
             samples = store.load_samples(board_key, workload)
             seen = len(samples)
@@ -244,6 +248,147 @@ def main() -> int:
         title = f"{trace.name} ({sample_label(trace.name)}), {regime}, {args.strategy}"
         save_decisions_plot([r["outcome"] for r in rows], title, args.plot)
         print(f"plot:                     {args.plot}")
+    print(f"wall time:                {time.monotonic() - t_start:.0f} s")
+    print(load_note("at the end (this benchmark included)", own=1.0))
+    return 0
+
+
+def emulated_board(args, trace: Trace) -> EmulatedBoard:
+    return EmulatedBoard(
+        args.board,
+        trace,
+        time_scale=args.time_scale,
+        strategy=args.strategy,
+        seed=args.seed,
+        daemon_log=args.daemon_log,
+    )
+
+
+def job_length(args) -> dict:
+    """How long each emulated job trains (run_training_job's arguments)."""
+    prof = scaled_profiling(args.time_scale)
+    window_s = (prof["settle_ms"] + prof["window_ms"]) / 1000.0
+    return dict(
+        # between measurements after the commit the job reads tuned for a settle + window
+        # (0.21 s at 0.03, 1.8 s at 0.3, more on a loaded machine): it ends once the daemon
+        # has nothing more to measure
+        stay_tuned_s=max(1.0, 1.5 * window_s) if args.expected_steps else 0.3,
+        max_s=300 + args.run_after_tuned,
+        expected_steps=args.expected_steps or None,
+        run_after_tuned_s=args.run_after_tuned,
+    )
+
+
+def step_time_sweep(args, trace: Trace, budgets: list[float], length: str) -> int:
+    """One new workload per step-time target, through the daemon; judged against the trace."""
+    targets = time_targets(trace, budgets)
+    cap_w = min(80.0, float(np.ceil(trace.power_w.max())) + 5.0)
+    regular = ~inconsistent_rows(trace)
+    print(load_note("at the start"), flush=True)
+    t_start = time.monotonic()
+    results: list[TimeTargetResult] = []
+    decide_s: list[float] = []
+    mapes = []
+    with emulated_board(args, trace) as board:
+        store = Store(board.state_dir)
+        board_key = board.status()["board_key"]
+        print(
+            f"{trace.name} ({sample_label(trace.name)}) on emulated {args.board}, strategy "
+            f"{args.strategy}, step-time objective, {len(targets)} targets "
+            f"{min(targets):g}-{max(targets):g} ms (trace ms), power cap {cap_w:g} W, time "
+            f"scale {args.time_scale:g}, expected_steps {args.expected_steps or 'unknown'}"
+            f"{length}",
+            flush=True,
+        )
+        print(
+            f"{'target':>8} {'new':>4} {'chosen (c/cpu/gpu/emc MHz)':>28} {'true ms':>8} "
+            f"{'met':>4} {'true W':>7} {'least W':>7} {'excess':>7} {'regular':>8} "
+            f"{'claim':>6} {'decide s':>8}"
+        )
+        for i, target in enumerate(targets):
+            workload = f"{trace.name}-{target:g}ms"
+            run = run_training_job(
+                board.root,
+                trace,
+                cap_w,
+                workload,
+                args.time_scale,
+                endpoint=board.endpoint,
+                seed=args.seed + i,
+                **job_length(args),
+                # the daemon measures the emulated (scaled) step times
+                step_time_ms=target * args.time_scale,
+            )
+            new = len(store.load_samples(board_key, workload))
+            if run.final_mode is None or run.final_phase != "tuned":
+                print(f"{target:>8g}  no decision (phase {run.final_phase})")
+                continue
+            row = trace.lookup(run.final_mode)
+            meeting = trace.time_ms <= target
+            r = TimeTargetResult(
+                target_ms=target,
+                mode=run.final_mode,
+                feasible=run.final_feasible is not False,
+                time_ms=row.time_ms,
+                power_w=row.power_w,
+                best_power_w=float(trace.power_w[meeting].min()),
+                new_probes=new,
+                regular_best_power_w=float(trace.power_w[meeting & regular].min())
+                if (meeting & regular).any()
+                else float("nan"),
+            )
+            results.append(r)
+            decide_s.append(run.tuned_after_s or 0.0)
+            if args.strategy == "powertrain":
+                got = prediction_mape(board.endpoint, trace, workload, args.time_scale)
+                if got is not None:
+                    mapes.append(got)
+            m = run.final_mode
+            desc = f"{m.cores}/{m.cpu_khz // 1000}/{m.gpu_hz // 10**6}/{m.emc_hz // 10**6}"
+            print(
+                f"{target:>8g} {new:>4} {desc:>28} {r.time_ms:>8.1f} {'yes' if r.met else 'NO':>4} "
+                f"{r.power_w:>7.2f} {r.best_power_w:>7.2f} {100 * r.power_excess:>6.1f}% "
+                f"{100 * r.regular_power_excess:>7.1f}% "
+                f"{'meets' if r.feasible else 'infeas':>6} {decide_s[-1]:>8.1f}",
+                flush=True,
+            )
+    if not results:
+        return 1
+    print()
+    print(f"trace:                    {trace.name} ({sample_label(trace.name)})")
+    met = sum(r.met for r in results)
+    print(
+        f"targets met:              {met} of {len(results)} ({100 * met / len(results):.0f} %) "
+        f"within T + 2 % (every target is feasible); of {len(targets)} targets"
+    )
+    excess = [r.power_excess for r in results]
+    print(
+        f"power over the least:     median {100 * statistics.median(excess):.1f} %, mean "
+        f"{100 * statistics.fmean(excess):.1f} %, worst {100 * max(excess):.1f} % (over the "
+        "lowest-power traced mode meeting T)"
+    )
+    reg = [
+        r.regular_power_excess for r in results if r.regular_power_excess == r.regular_power_excess
+    ]
+    if reg:
+        print(
+            f"vs rows that are no glitch: median {100 * statistics.median(reg):.1f} %, mean "
+            f"{100 * statistics.fmean(reg):.1f} %, worst {100 * max(reg):.1f} %"
+        )
+    print(f"claimed infeasible:       {sum(not r.feasible for r in results)}")
+    new = [r.new_probes for r in results]
+    print(f"modes profiled:           per target mean {statistics.fmean(new):.1f}, max {max(new)}")
+    if mapes:
+        mt = statistics.median(g[0] for g in mapes)
+        mp = statistics.median(g[1] for g in mapes)
+        print(
+            f"prediction MAPE (every traced mode): time {mt:.1f} %, power {mp:.1f} % "
+            "(median over the targets' models)"
+        )
+    print(
+        f"time to first committed mode: median {statistics.median(decide_s):.1f} s, worst "
+        f"{max(decide_s):.1f} s (emulated, time scale {args.time_scale:g})"
+    )
     print(f"wall time:                {time.monotonic() - t_start:.0f} s")
     print(load_note("at the end (this benchmark included)", own=1.0))
     return 0

@@ -36,6 +36,7 @@ class JobRun:
     final_phase: str = ""
     tuned_after_s: float | None = None
     first_tuned_mode: PowerMode | None = None  # the mode the job first read `tuned` at
+    final_feasible: bool | None = None  # the daemon's last word on whether its goal is met
 
 
 def run_training_job(
@@ -55,18 +56,24 @@ def run_training_job(
     gpu: Gpu | None = None,
     expected_steps: int | None = None,
     run_after_tuned_s: float = 0.0,
+    step_time_ms: float | None = None,
 ) -> JobRun:
     """Train until the daemon has held a tuned mode for `stay_tuned_s` (and at least
     `run_after_tuned_s` has passed since the job first read tuned), or `max_s` passed.
 
     With `gpu`, each step runs on the emulated GPU (queued FIFO with other jobs' work, board
-    power following it) instead of a plain sleep."""
+    power following it) instead of a plain sleep. With `step_time_ms` (in the emulated, scaled
+    milliseconds the daemon measures) the job asks for that step time within `budget_w`."""
     rng = random.Random(seed)
     run = JobRun()
     pending_budgets = sorted(set_budget_at or [])
     t0 = time.monotonic()
     with powerd.request(
-        budget_w=budget_w, workload=workload, endpoint=endpoint, expected_steps=expected_steps
+        budget_w=budget_w,
+        workload=workload,
+        endpoint=endpoint,
+        expected_steps=expected_steps,
+        step_time_ms=step_time_ms,
     ) as job:
         last_phase = ""
         tuned_since: float | None = None
@@ -118,6 +125,7 @@ def run_training_job(
                 on_step(job, run)
         run.final_mode = job.mode
         run.final_phase = job.phase
+        run.final_feasible = job.feasible
     run.seconds = time.monotonic() - t0
     return run
 
