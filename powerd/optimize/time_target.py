@@ -20,7 +20,11 @@ times count.
    `verify` times: measure the mode predicted to meet the target at the least power below
    the best measured. The bisection answers "the fastest mode under B" questions; this asks
    the model the objective's own question, and the measurement decides.
-4. Commit the lowest-power measured mode whose measured time meets the target.
+4. Measure that mode again when its measured time is within `recheck_band` of the goal
+   (at most `recheck` modes per target): picked as the lowest-power of many modes near
+   the target, it is the one most likely to have read fast by noise, and the fresh
+   measurement replaces the selected one. Then commit the lowest-power mode whose measured
+   time meets the target.
 
 For powertrain each bisection step is a budget change (its own few modes); the samples
 (and the fitted model) carry over, so later steps cost little.
@@ -64,6 +68,8 @@ class StepTimeSearch(Strategy):
         tol_w: float = 0.5,
         margin: float = 0.015,
         verify: int = 4,
+        recheck: int = 2,
+        recheck_band: float = 0.03,
     ):
         if not step_time_ms > 0:
             raise ValueError(f"step_time_ms must be > 0, got {step_time_ms}")
@@ -78,6 +84,9 @@ class StepTimeSearch(Strategy):
         self.margin = margin
         self.verify = verify
         self._verified = 0  # measurements of stage 3 for this target
+        self.recheck = recheck
+        self.recheck_band = recheck_band
+        self._rechecked: set[PowerMode] = set()  # measured again (stage 4) for this target
         self.fastest_ms: float | None = None  # measured at the cap (infeasible: the best)
         self._cap: float | None = None
         self._lo = self._hi = math.nan
@@ -106,6 +115,7 @@ class StepTimeSearch(Strategy):
         if self._cap != budget_w:
             self._cap, self._probe, self._done = budget_w, budget_w, False
             self.fastest_ms, self._verified = None, 0
+            self._rechecked = set()
         for _ in range(64):  # each pass narrows the bracket; 64 is far more than needed
             if self._done:
                 break
@@ -116,6 +126,8 @@ class StepTimeSearch(Strategy):
             self._advance(action, samples)
         self._done = True
         action = self._cheaper(samples)
+        if action is None:
+            action = self._recheck(samples)
         return action if action is not None else self._final(samples)
 
     def _cheaper(self, samples: Mapping[PowerMode, Measurement]) -> Action | None:
@@ -128,6 +140,20 @@ class StepTimeSearch(Strategy):
         if isinstance(action, Measure):
             self._verified += 1
         return action
+
+    def _recheck(self, samples: Mapping[PowerMode, Measurement]) -> Measure | None:
+        """Stage 4: measure the pick again when it met the goal by less than the noise."""
+        assert self._cap is not None
+        best = lowest_power_meeting(samples, self._goal, self._cap)
+        if (
+            best is None
+            or best.mode in self._rechecked
+            or len(self._rechecked) >= self.recheck
+            or best.time_ms < self._goal * (1.0 - self.recheck_band)
+        ):
+            return None
+        self._rechecked.add(best.mode)
+        return Measure(best.mode)
 
     def _advance(self, commit: Commit, samples: Mapping[PowerMode, Measurement]) -> None:
         """The inner strategy pinned `commit` under budget self._probe: narrow the bracket."""
