@@ -157,13 +157,8 @@ def main() -> int:
     with emulated_board(args, trace) as board:
         store = Store(board.state_dir)
         board_key = board.status()["board_key"]
-        print(
-            f"{trace.name} ({sample_label(trace.name)}) on emulated {args.board}, strategy "
-            f"{args.strategy}, {regime}, {len(budgets)} budgets "
-            f"{min(budgets):g}-{max(budgets):g} W, time scale {args.time_scale:g}, "
-            f"expected_steps {args.expected_steps or 'unknown'}{length}",
-            flush=True,
-        )
+        what = f"{regime}, {len(budgets)} budgets {min(budgets):g}-{max(budgets):g} W"
+        print(sweep_header(args, trace, what, length), flush=True)
         print(
             f"{'budget':>6} {'new':>4} {'chosen (c/cpu/gpu/emc MHz)':>28} {'true ms':>8} "
             f"{'true W':>7} {'best ms':>8} {'best W':>7} {'penalty':>8} {'over':>6} "
@@ -264,6 +259,14 @@ def emulated_board(args, trace: Trace) -> EmulatedBoard:
     )
 
 
+def sweep_header(args, trace: Trace, what: str, length: str) -> str:
+    return (
+        f"{trace.name} ({sample_label(trace.name)}) on emulated {args.board}, strategy "
+        f"{args.strategy}, {what}, time scale {args.time_scale:g}, "
+        f"expected_steps {args.expected_steps or 'unknown'}{length}"
+    )
+
+
 def job_length(args) -> dict:
     """How long each emulated job trains (run_training_job's arguments)."""
     prof = scaled_profiling(args.time_scale)
@@ -292,14 +295,11 @@ def step_time_sweep(args, trace: Trace, budgets: list[float], length: str) -> in
     with emulated_board(args, trace) as board:
         store = Store(board.state_dir)
         board_key = board.status()["board_key"]
-        print(
-            f"{trace.name} ({sample_label(trace.name)}) on emulated {args.board}, strategy "
-            f"{args.strategy}, step-time objective, {len(targets)} targets "
-            f"{min(targets):g}-{max(targets):g} ms (trace ms), power cap {cap_w:g} W, time "
-            f"scale {args.time_scale:g}, expected_steps {args.expected_steps or 'unknown'}"
-            f"{length}",
-            flush=True,
+        what = (
+            f"step-time objective, {len(targets)} targets {min(targets):g}-{max(targets):g} "
+            f"ms (trace ms), power cap {cap_w:g} W"
         )
+        print(sweep_header(args, trace, what, length), flush=True)
         print(
             f"{'target':>8} {'new':>4} {'chosen (c/cpu/gpu/emc MHz)':>28} {'true ms':>8} "
             f"{'met':>4} {'true W':>7} {'least W':>7} {'excess':>7} {'regular':>8} "
