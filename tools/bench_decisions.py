@@ -323,19 +323,8 @@ def step_time_sweep(args, trace: Trace, budgets: list[float], length: str) -> in
             if run.final_mode is None or run.final_phase != "tuned":
                 print(f"{target:>8g}  no decision (phase {run.final_phase})")
                 continue
-            row = trace.lookup(run.final_mode)
-            meeting = trace.time_ms <= target
-            r = TimeTargetResult(
-                target_ms=target,
-                mode=run.final_mode,
-                feasible=run.final_feasible is not False,
-                time_ms=row.time_ms,
-                power_w=row.power_w,
-                best_power_w=float(trace.power_w[meeting].min()),
-                new_probes=new,
-                regular_best_power_w=float(trace.power_w[meeting & regular].min())
-                if (meeting & regular).any()
-                else float("nan"),
+            r = TimeTargetResult.judge(
+                trace, regular, target, run.final_mode, run.final_feasible is not False, new
             )
             results.append(r)
             decide_s.append(run.tuned_after_s or 0.0)

@@ -572,6 +572,33 @@ class TimeTargetResult:
     # ... among rows that are no glitch (inconsistent_rows): what a closed loop can find
     regular_best_power_w: float = math.nan
 
+    @classmethod
+    def judge(
+        cls,
+        trace: Trace,
+        regular: np.ndarray,
+        target_ms: float,
+        mode: PowerMode,
+        feasible: bool,
+        new_probes: int,
+    ) -> TimeTargetResult:
+        """The pinned `mode` for `target_ms` against the trace (`regular`: the rows that
+        are no glitch, ~inconsistent_rows)."""
+        row = trace.lookup(mode)
+        meeting = trace.time_ms <= target_ms
+        ok = trace.power_w[meeting]
+        ok_regular = trace.power_w[meeting & regular]
+        return cls(
+            target_ms=target_ms,
+            mode=mode,
+            feasible=feasible,
+            time_ms=row.time_ms,
+            power_w=row.power_w,
+            best_power_w=float(ok.min()) if ok.size else math.nan,
+            new_probes=new_probes,
+            regular_best_power_w=float(ok_regular.min()) if ok_regular.size else math.nan,
+        )
+
     @property
     def met(self) -> bool:
         """The true step time meets the target, with 2 % slack."""
@@ -616,19 +643,9 @@ def replay_time_targets(
         search = StepTimeSearch(make(), target)
         samples: dict[PowerMode, Measurement] = {}
         commit, stats = solve_budget(search, cap_w, samples, measurer, fitter)
-        row = trace.lookup(commit.mode)
-        ok = trace.power_w[trace.time_ms <= target]
-        ok_regular = trace.power_w[(trace.time_ms <= target) & regular]
         out.append(
-            TimeTargetResult(
-                target_ms=target,
-                mode=commit.mode,
-                feasible=commit.feasible,
-                time_ms=row.time_ms,
-                power_w=row.power_w,
-                best_power_w=float(ok.min()) if ok.size else math.nan,
-                new_probes=stats["probes"],
-                regular_best_power_w=float(ok_regular.min()) if ok_regular.size else math.nan,
+            TimeTargetResult.judge(
+                trace, regular, target, commit.mode, commit.feasible, stats["probes"]
             )
         )
     return out
