@@ -156,6 +156,13 @@ class PairMeasurement:
 ReadingsKey = frozenset[tuple[Pair, PairMeasurement]]  # a cache key: every reading
 
 
+def readings_key(samples: Mapping[Pair, PairMeasurement]) -> ReadingsKey:
+    # the readings themselves (frozen, compared by value): a pair measured again is a new
+    # reading even when its window count is unchanged (a probe cut short over the budget
+    # replaces a one-window reading with another)
+    return frozenset(samples.items())
+
+
 def pooled(old: PairMeasurement | None, new: PairMeasurement) -> PairMeasurement:
     """One reading of a pair from two windows of it: power over all the readings (their
     spread includes the windows' difference), batch times weighted by batches run."""
@@ -445,10 +452,7 @@ class InferencePlanner:
         return self._predicted(samples)[:2]
 
     def _predicted(self, samples: Mapping[Pair, PairMeasurement]) -> tuple[np.ndarray, ...]:
-        # key on the readings themselves (frozen, compared by value): a pair measured again
-        # is a new reading even when its window count is unchanged (a probe cut short
-        # over the budget replaces a one-window reading with another)
-        key = frozenset(samples.items())
+        key = readings_key(samples)
         if self._cache is None or self._cache[0] != key:
             model = self.fitter(samples)
             t, p = model.predict(self.grid_modes, self.grid_b)
@@ -676,7 +680,7 @@ class InferencePlanner:
         """The unmeasured pair expected to cover the most rates of the ladder that no
         measured pair fits at the goal's latency target and budget (see rate_cover); None
         when none is expected to cover enough."""
-        key = (goal, frozenset(samples.items()))
+        key = (goal, readings_key(samples))
         if self._cover_cache is not None and self._cover_cache[0] == key:
             return self._cover_cache[1]
         t, p, st, sp, _ = self._predicted(samples)
