@@ -199,6 +199,10 @@ class ControlLoop:
             self._check_external(now, specs, claims)
         except Exception as exc:  # noqa: BLE001 - a fault must not stop the control path
             self._tick_failed(exc)
+        # while jobs hold the board, a reading over the line that stops a probe wakes the
+        # loop at once: the probe ends on that reading, not up to a loop period later
+        watch = budget + self.spec.abort_margin_w if specs else None
+        self.device.sampler.watch(watch, self.registry.wake)
         if specs:
             self._board_dirty = True
         elif self._board_dirty:

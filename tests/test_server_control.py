@@ -7,6 +7,7 @@ import threading
 import time
 
 import powerd
+from powerd import control
 from powerd import protocol as p
 from powerd.client import call_once
 from powerd.hardware import Hardware
@@ -262,3 +263,29 @@ def test_a_failed_restore_is_retried_while_the_released_job_stays_connected(nano
         finally:
             stepper.stop()
             job.close()
+
+
+def test_a_reading_over_the_abort_line_wakes_the_control_loop_at_once(nano_trace, monkeypatch):
+    """The loop sleeps between ticks (here 3 s, to make a late reaction plain); power over
+    the budget + the abort margin must end the probe on the reading that shows it."""
+    monkeypatch.setattr(control, "LOOP_PERIOD_S", 3.0)
+    with InProcess(nano_trace) as d:
+        assert d.hw.sampler.watched_w is None  # an idle board: nothing to stop
+        job = powerd.request(budget_w=12, workload="overshoot", endpoint=d.endpoint)
+        stepper = _Stepper(d.root, nano_trace, job)
+        try:
+            wait_for(lambda: d.hw.sampler.watched_w == 13.0, 10, "the abort line watched")
+            wait_for(lambda: d.hw.current_mode is not None, 20, "a probe pinned")
+            samples = d.daemon.control.workloads["training", "overshoot"].samples
+            probe = d.hw.current_mode
+            assert probe not in samples
+            monkeypatch.setattr(d.hw.sampler.reader, "read_w", lambda: 30.0)
+            t0 = time.monotonic()
+            wait_for(lambda: probe in samples, 10, "the probe measured")
+            # stopped on the readings over the line, not a loop period (3 s) later
+            assert time.monotonic() - t0 < 1.5
+            assert samples[probe].aborted_over_budget and samples[probe].power_w == 30.0
+        finally:
+            stepper.stop()
+            job.close()
+        wait_for(lambda: d.hw.sampler.watched_w is None, 10, "the watch ended with the job")

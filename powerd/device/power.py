@@ -175,6 +175,8 @@ class PowerSampler:
         self.errors = 0
         self.last_error: str | None = None
         self.requested = 0  # extra readings taken
+        # (level W, event): a reading above the level sets the event (see watch)
+        self._watch: tuple[float, threading.Event] | None = None
 
     def start(self) -> PowerSampler:
         if self._thread is None or not self._thread.is_alive():
@@ -212,6 +214,21 @@ class PowerSampler:
             return
         with self._lock:
             self._buf.append((time.monotonic(), watts))
+        watch = self._watch
+        if watch is not None and watts > watch[0]:
+            watch[1].set()
+
+    def watch(self, level_w: float | None, event: threading.Event | None = None) -> None:
+        """Set `event` on every reading above `level_w` (None: stop watching). The control
+        loop sleeps between ticks; a probe far over the budget is stopped on the reading
+        that shows it, not up to a loop period later."""
+        self._watch = None if level_w is None or event is None else (level_w, event)
+
+    @property
+    def watched_w(self) -> float | None:
+        """The level being watched (None: none)."""
+        watch = self._watch
+        return None if watch is None else watch[0]
 
     def sample_at(self, t: float) -> bool:
         """Take one more reading at time.monotonic() `t`, besides the regular ones (a short

@@ -271,3 +271,43 @@ def test_emulated_power_shows_a_load_step_one_conversion_after_it(make_emulated_
     assert reader.read_w() == pytest.approx(before, abs=0.05)  # the step is not converted yet
     assert poll_until(lambda: abs(reader.read_w() - (before + 5.0)) < 0.05, 5.0)
     assert time.monotonic() - t >= 0.04  # not before one whole conversion
+
+
+class SetReader:
+    """Reads whatever the test set last."""
+
+    def __init__(self) -> None:
+        self.watts = 10.0
+
+    def read_w(self) -> float:
+        return self.watts
+
+
+def test_a_reading_over_the_watched_level_sets_the_event_until_unwatched() -> None:
+    reader = SetReader()
+    sampler = PowerSampler(reader, interval_s=1.0)  # not started: readings by hand
+    alarm = threading.Event()
+    sampler.watch(12.0, alarm)
+    for watts in (10.0, 11.9, 12.0):
+        reader.watts = watts
+        sampler.sample_once()
+        assert not alarm.is_set(), watts  # at or under the level: no wake-up
+    reader.watts = 12.4
+    sampler.sample_once()
+    assert alarm.is_set()
+    alarm.clear()
+    sampler.sample_once()
+    assert alarm.is_set()  # every reading over the level, not only the first
+    alarm.clear()
+    sampler.watch(None)
+    reader.watts = 30.0
+    sampler.sample_once()
+    assert not alarm.is_set()
+    assert [w for _, w in sampler.samples_between(0, time.monotonic())] == [
+        10.0,
+        11.9,
+        12.0,
+        12.4,
+        12.4,
+        30.0,
+    ]
