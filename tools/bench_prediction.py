@@ -23,8 +23,8 @@ the median over its budgets), the share of true values inside the 90 % intervals
 (`time_ms_lo/hi`, `power_w_lo/hi`), the intervals' median relative width, and the mean
 number of profiled modes.
 
-Hold-out discipline: the trace in powerd_replay.training.HELD_OUT (MobileNet v3 inference at
-batch size 1) is evaluated only with --held-out and printed apart; tune nothing on it.
+Hold-out discipline: the trace in powerd_replay.training.HELD_OUT (MobileNet v3 inference, at
+every batch size) is evaluated only with --held-out and printed apart; tune nothing on it.
 """
 
 from __future__ import annotations
@@ -49,10 +49,10 @@ from powerd.predictor.transfer import RidgeOptions, Samples, fit_ridge  # noqa: 
 from powerd.sim.trace import TRACE_DIR, Trace  # noqa: E402
 from powerd_replay.knobs import knob_values  # noqa: E402
 from powerd_replay.training import (  # noqa: E402
-    HELD_OUT,
     GridSpace,
     NoiseModel,
     TraceMeasurer,
+    is_held_out,
     load_trace,
     own_range_budgets,
     solve_budget,
@@ -190,7 +190,7 @@ def main() -> int:
         if wanted and fname not in wanted:
             continue
         trace = load_trace(TRACE_DIR / fname, bs)
-        held = trace.name in HELD_OUT
+        held = is_held_out(trace.name)
         if held and not (args.held_out or args.only_held_out):
             continue
         if args.only_held_out and not held:

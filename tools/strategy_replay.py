@@ -43,13 +43,13 @@ from powerd.optimize import STRATEGIES, make_strategy  # noqa: E402
 from powerd.sim.trace import TRACE_DIR, Trace  # noqa: E402
 from powerd_replay.knobs import knob_values  # noqa: E402
 from powerd_replay.training import (  # noqa: E402
-    HELD_OUT,
     GridSpace,
     NoiseModel,
     NoisyOracle,
     RidgeFitter,
     SweepResult,
     format_table,
+    is_held_out,
     load_trace,
     mixed_order,
     own_range_budgets,
@@ -156,10 +156,10 @@ def main(argv: list[str] | None = None) -> int:
 
     seeds = [int(s) for s in args.seeds.split(",")]
     traces = [load_trace(p, args.batch_size) for p in (args.trace or VISIBLE)]
-    held = [t.name for t in traces if t.name in HELD_OUT]
+    held = [t.name for t in traces if is_held_out(t.name)]
     if held and not args.include_held_out:
         print(f"skipping held-out {', '.join(held)} (--include-held-out to replay it)")
-        traces = [t for t in traces if t.name not in HELD_OUT]
+        traces = [t for t in traces if not is_held_out(t.name)]
     if args.step_time:
         for strategy in args.strategy or STRATEGIES:
             for trace in traces:

@@ -19,7 +19,10 @@ from powerd_replay.training import (
     TracePredictor,
     default_budgets,
     format_table,
+    is_held_out,
     replay_sweep,
+    sample_label,
+    trace_label,
 )
 
 
@@ -135,3 +138,14 @@ def test_mixed_order_steps_down_and_is_seeded():
     assert a == b and sorted(a) == budgets and a != budgets
     assert any(y < x for x, y in zip(a, a[1:], strict=False))
     assert mixed_order(budgets, 1) != a
+
+
+def test_the_held_out_trace_is_held_out_at_every_batch_size():
+    held = "orin_agx_mobilenetv3_gld23k_infer"
+    for bs in (1, 4, 16, 64):
+        label = trace_label(f"powerd/sim/traces/{held}.csv", bs)
+        assert is_held_out(label) and sample_label(label) == "held-out"
+    for other in ("orin_agx_resnet18_imagenet_infer@bs1", "orin_nano_resnet18_imagenet_train"):
+        assert not is_held_out(other) and sample_label(other) == "in-sample"
+    # a name that only starts like the held-out trace is another trace
+    assert not is_held_out(held + "_v2@bs1")
