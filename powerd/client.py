@@ -500,8 +500,10 @@ class Job:
         to run the next step."""
         self._n_steps += 1
         t = time.monotonic()
-        # duration first: the connection thread pairs durations with steps from the front
-        self._durations.append(t - self._step_start)
+        # duration first: the connection thread pairs durations with steps from the front.
+        # Never negative: a script stepping from two threads may read the clock before the
+        # other thread's later step start lands.
+        self._durations.append(max(0.0, t - self._step_start))
         self._steps.append(t)
         self._step_start = t
         if self._holding is not None and self._flag is not None and self._flag.mine():
@@ -758,7 +760,18 @@ class Job:
         for _ in range(MAX_QUEUED_STEPS // p.MAX_STEPS_PER_MSG + 1):
             steps, durations, sizes = self._take_chunk()
             if steps or (not out and (beat_due or force)):
-                out.append(p.Steps(job=self.id, t=steps, d=durations, b=sizes))
+                try:
+                    batch = p.Steps(job=self.id, t=steps, d=durations, b=sizes)
+                except ValidationError as exc:
+                    # the daemon would refuse it too; the connection thread must go on
+                    self._n_discarded += len(steps)
+                    log.warning(
+                        "powerd: dropped %d steps the daemon would refuse: %s",
+                        len(steps),
+                        describe_invalid(exc),
+                    )
+                    continue
+                out.append(batch)
                 self._last_heartbeat = now
             if not steps or not self._steps:
                 break

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from pathlib import Path
 
@@ -100,5 +101,48 @@ def test_before_the_daemon_answers_the_batch_size_is_one_the_job_can_run(tmp_pat
         assert job.batch_size == 8
         job._state = job._state.model_copy(update={"batch_size": 16})
         assert job.batch_size == 16  # the daemon's choice once it has made one
+    finally:
+        job.close()
+
+
+def test_steps_from_two_threads_never_make_a_negative_duration(tmp_path: Path) -> None:
+    """A script that steps one job from two threads (a data-loader callback and the loop)
+    interleaves: a duration taken against the other thread's later start was negative, the
+    daemon's schema refused the batch and the client's connection thread died on it."""
+    job = _offline_job(tmp_path)
+    try:
+
+        def hammer() -> None:
+            for _ in range(20_000):
+                job.step()
+
+        threads = [threading.Thread(target=hammer) for _ in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert min(job._durations) >= 0.0
+        batches = job._take_batches(time.monotonic(), force=False)
+        assert sum(len(b.t) for b in batches) == min(40_000, c.MAX_QUEUED_STEPS)
+        for b in batches:
+            assert p.decode_request(p.encode(b)) == b
+    finally:
+        job.close()
+
+
+def test_a_chunk_the_daemon_would_refuse_is_dropped_and_counted_not_raised(
+    tmp_path: Path,
+) -> None:
+    job = _offline_job(tmp_path)
+    try:
+        job._durations.extend([0.01, -1.0, 0.01])  # whatever put it there
+        job._steps.extend([1.0, 2.0, 3.0])
+        job._n_steps += 3
+        # nothing of the refused chunk is sent (a heartbeat may be, as without steps)
+        assert all(not b.t for b in job._take_batches(time.monotonic(), force=False))
+        assert job.steps_dropped == 3
+        job.step()  # the queue goes on
+        (batch,) = job._take_batches(time.monotonic(), force=False)
+        assert len(batch.t) == 1 and batch.d[0] >= 0.0
     finally:
         job.close()
