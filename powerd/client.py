@@ -373,6 +373,7 @@ class Connection:
         poller.register(sock, zmq.POLLIN)
         poller.register(self._wake_r, zmq.POLLIN)
         next_flush = 0.0
+        flush_failures = 0
         calls: list[tuple[BaseModel, Future, float]] = []  # not sent yet: retried
         try:
             while True:
@@ -389,7 +390,20 @@ class Connection:
                         calls.append((msg, fut, deadline))
                 calls = [c for c in calls if not self._try_call(sock, *c, now)]
                 if self.flush is not None and (now >= next_flush or stopping):
-                    for batch in self.flush(now):
+                    try:
+                        batches = self.flush(now)
+                    except Exception:  # noqa: BLE001 - the script goes on; so must this thread
+                        # the first failure with its traceback; a repeating one must not flood
+                        flush_failures += 1
+                        level = logging.ERROR if flush_failures == 1 else logging.DEBUG
+                        log.log(
+                            level,
+                            "powerd: building the step report failed (%d so far); steps dropped",
+                            flush_failures,
+                            exc_info=True,
+                        )
+                        batches = []
+                    for batch in batches:
                         batch.id = next(self._ids)
                         self._send(sock, batch)
                     next_flush = now + FLUSH_INTERVAL_S

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from pathlib import Path
+
+import pytest
 
 from powerd import client as c
 from powerd import protocol as p
@@ -146,3 +149,31 @@ def test_a_chunk_the_daemon_would_refuse_is_dropped_and_counted_not_raised(
         assert len(batch.t) == 1 and batch.d[0] >= 0.0
     finally:
         job.close()
+
+
+def test_a_failing_step_report_does_not_end_the_connection_thread(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.ERROR, logger="powerd.client")
+    conn = c.Connection(f"ipc://{tmp_path}/nobody.sock")
+    calls = []
+
+    def flush(now: float) -> list:
+        calls.append(now)
+        if len(calls) <= 3:
+            raise RuntimeError("a bug in building the report")
+        return []
+
+    try:
+        conn.flush = flush
+        conn._wake()
+        deadline = time.monotonic() + 5.0
+        while len(calls) < 4 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert len(calls) >= 4  # flushed again after each failure
+        assert conn._thread.is_alive()
+        # one error with its traceback, not one per flush
+        errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+        assert len(errors) == 1 and errors[0].exc_info is not None
+    finally:
+        conn.close()
