@@ -73,6 +73,7 @@ from powerd_replay.training import (  # noqa: E402
     mixed_order,
     own_range_budgets,
     sample_label,
+    short_mode,
     time_targets,
 )
 
@@ -189,8 +190,7 @@ def main() -> int:
             first_ms = trace.lookup(run.first_tuned_mode or run.final_mode).time_ms
             pen1 = first_ms / best.time_ms - 1
             regular_ms = consistent_best_time(trace, b, bad)
-            m = run.final_mode
-            desc = f"{m.cores}/{m.cpu_khz // 1000}/{m.gpu_hz // 10**6}/{m.emc_hz // 10**6}"
+            desc = short_mode(run.final_mode)
             rows.append(
                 dict(
                     budget=b,
@@ -332,8 +332,7 @@ def step_time_sweep(args, trace: Trace, budgets: list[float], length: str) -> in
                 got = prediction_mape(board.endpoint, trace, workload, args.time_scale)
                 if got is not None:
                     mapes.append(got)
-            m = run.final_mode
-            desc = f"{m.cores}/{m.cpu_khz // 1000}/{m.gpu_hz // 10**6}/{m.emc_hz // 10**6}"
+            desc = short_mode(run.final_mode)
             print(
                 f"{target:>8g} {new:>4} {desc:>28} {r.time_ms:>8.1f} {'yes' if r.met else 'NO':>4} "
                 f"{r.power_w:>7.2f} {r.best_power_w:>7.2f} {100 * r.power_excess:>6.1f}% "
@@ -356,9 +355,7 @@ def step_time_sweep(args, trace: Trace, budgets: list[float], length: str) -> in
         f"{100 * statistics.fmean(excess):.1f} %, worst {100 * max(excess):.1f} % (over the "
         "lowest-power traced mode meeting T)"
     )
-    reg = [
-        r.regular_power_excess for r in results if r.regular_power_excess == r.regular_power_excess
-    ]
+    reg = [r.regular_power_excess for r in results if not np.isnan(r.regular_power_excess)]
     if reg:
         print(
             f"vs rows that are no glitch: median {100 * statistics.median(reg):.1f} %, mean "

@@ -536,9 +536,9 @@ def format_table(result: SweepResult, per_budget: bool = True) -> str:
             f"{'probes':>6} {'>B':>3} {'fits':>4} {'ref':>3} {'pen1%':>6}"
         )
         for r in result.rows:
-            best = _short(r.best_mode) if r.best_mode else "-"
+            best = short_mode(r.best_mode) if r.best_mode else "-"
             lines.append(
-                f"{r.budget_w:6.1f} {_short(r.mode):<22} {r.time_ms:8.1f} {r.power_w:6.2f} "
+                f"{r.budget_w:6.1f} {short_mode(r.mode):<22} {r.time_ms:8.1f} {r.power_w:6.2f} "
                 f"{best:<22} {r.best_time_ms:8.1f} {r.best_power_w:6.2f} "
                 f"{100 * r.penalty:6.1f} {r.overshoot_w:5.2f} {r.new_probes:6d} "
                 f"{r.probes_over:3d} {r.fits_run:4d} {r.refined:3d} {100 * r.first_penalty:6.1f}"
@@ -557,7 +557,8 @@ def format_table(result: SweepResult, per_budget: bool = True) -> str:
     return "\n".join(lines)
 
 
-def _short(mode: PowerMode) -> str:
+def short_mode(mode: PowerMode) -> str:
+    """cores/CPU MHz/GPU MHz/EMC MHz, the benchmarks' column form of a mode."""
     return (
         f"{mode.cores}/{mode.cpu_khz // 1000}/{mode.gpu_hz // 1_000_000}/{mode.emc_hz // 1_000_000}"
     )
