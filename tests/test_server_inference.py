@@ -59,6 +59,7 @@ def _watch(eb: EmulatedBoard, seen: dict):
 
     def on_batch(inf, run) -> None:
         if inf.phase == "tuned" and "tuned" not in seen:
+            seen["tuned_t"] = time.monotonic()  # the clock of the GPU's slices
             seen["tuned"] = eb.status()
             seen["tuned_at"] = len(run.latencies_ms)
         if "tuned" in seen:
@@ -175,11 +176,17 @@ def test_infeasible_latency_is_reported_with_the_best_latency_within_budget(boar
     assert run.best_latency_ms is not None and run.best_latency_ms > 3.0 * SCALE
     assert "cannot be met" in eb.daemon_log.read_text()
     # never over the budget while serving: every batch after the decision ran in a mode
-    # whose traced power for its batch size is within the budget
-    decided = [s for s in gpu.log if s.start >= gpu.log[-1].start - 5.0]
+    # whose traced power for its batch size is within the budget ("after": from the moment
+    # the client saw the job tuned, not the run's last seconds, which a loaded machine's
+    # longer profiling can reach). Failed in CI when a pair's few in-batch readings were
+    # half stale and it read 1 W under its power (see inference_planner._busy_readings).
+    assert "tuned_t" in seen, eb.log_tail()
+    decided = [s for s in gpu.log if s.start >= seen["tuned_t"]]
+    assert len(decided) >= 20, (len(decided), eb.log_tail())
     for s in decided:
         b = int(s.kind.split("/")[1])
-        assert batches[b].lookup(s.mode).power_w <= BUDGET + 0.5
+        row = batches[b].lookup(s.mode)
+        assert row.power_w <= BUDGET + 0.5, (s, row, eb.log_tail(80))
 
 
 def test_an_inference_client_that_never_enters_batch_holds_nothing_up(board) -> None:
