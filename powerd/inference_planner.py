@@ -75,7 +75,6 @@ P99_MIN_BATCHES = 8
 # spread taken as at least this share of the reading (see PairWindow.clearly_over).
 CLEARLY_OVER_READINGS = 8
 SENSOR_SD_FLOOR = 0.005
-SPLIT_CONTRAST = 0.10  # in-batch readings this far apart (of the level) are two levels
 COSTS_KEPT = 64  # workloads whose profiling cost status reports
 
 
@@ -208,44 +207,16 @@ def in_batch_power(readings: Sequence[float]) -> float:
     such readings only ever lie low, while the sensor's noise is symmetric. Dropping the
     readings more than 3 robust sigmas below the median removes them and leaves the mean
     unbiased; a high quantile would also drop them but read every pair ~1 sigma high, and
-    turn away pairs that fit the budget. When they are half the readings or more, the
-    median is theirs: see _busy_readings."""
+    turn away pairs that fit the budget."""
     return float(np.mean(_busy_readings(readings)))
 
 
 def _busy_readings(readings: Sequence[float]) -> np.ndarray:
-    """The readings in_batch_power averages: those not far below the median, and of those,
-    when they fall into two clearly separate levels, the upper one.
-
-    The median rule alone fails when stale readings are not a minority: with short batches
-    (a few ms at batch size 1) a sensor update that comes late shows the gap before the
-    batch in many of its few readings. In the emulated AGX inference test (4-7 readings a
-    pair) one pair in five read 0.4-2.7 W low, and the daemon served a pair over the
-    budget. Stale readings only ever lie low, so two levels farther apart than the
-    sensor's noise explains (`SPLIT_CONTRAST` of the level, and 4 of their pooled sds) mean
-    the lower one is stale. A batch whose own power has two such levels reads its upper
-    one: high, never over the budget unseen."""
+    """The readings in_batch_power averages (those not far below the median)."""
     w = np.asarray(readings, dtype=float)
     med = float(np.median(w))
     sigma = max(1.4826 * float(np.median(np.abs(w - med))), 0.005 * abs(med))
-    w = w[w >= med - 3.0 * sigma]
-    if len(w) < 2:
-        return w
-    s = np.sort(w)
-    # the split of the sorted readings with the largest between-level variance (Otsu)
-    k = np.arange(1, len(s))
-    csum = np.cumsum(s)
-    lo_mean = csum[:-1] / k
-    hi_mean = (csum[-1] - csum[:-1]) / (len(s) - k)
-    i = int(np.argmax(k * (len(s) - k) * (hi_mean - lo_mean) ** 2))
-    lo, hi = s[: i + 1], s[i + 1 :]
-    spread = math.sqrt(
-        (float(np.sum((lo - lo.mean()) ** 2)) + float(np.sum((hi - hi.mean()) ** 2))) / len(s)
-    )
-    gap = float(hi.mean() - lo.mean())
-    if gap > max(SPLIT_CONTRAST * float(hi.mean()), 4.0 * spread):
-        return hi
-    return w
+    return w[w >= med - 3.0 * sigma]
 
 
 def power_source(m: PairMeasurement, stopped: bool = False) -> str:
