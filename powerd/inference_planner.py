@@ -69,6 +69,7 @@ from powerd.profiler import ProfilingCost, WindowSpec, no_tail, over_and_timed, 
 log = logging.getLogger("powerd.inference")
 
 MIN_POWER_SAMPLES = 3  # in-batch samples needed to trust their mean
+MIN_GAP_READINGS = 5  # readings between batches needed to know the level they show
 RECENT_BATCHES = 512  # per job, for the measured p99 and the observed arrival rate
 P99_MIN_BATCHES = 8
 # A window ends early over the budget only on this many in-batch readings, with their
@@ -200,23 +201,44 @@ class InferenceSamples:
 # ---- measuring one pair -----------------------------------------------------------------------
 
 
-def in_batch_power(readings: Sequence[float]) -> float:
-    """The mean of a pair's in-batch power readings, without those far below the rest.
+def in_batch_power(readings: Sequence[float], gap: Sequence[float] = ()) -> float:
+    """The mean of a pair's in-batch power readings, without those that show no batch.
 
-    A reading inside a batch may still show the idle gap before it (a late sensor update):
-    such readings only ever lie low, while the sensor's noise is symmetric. Dropping the
-    readings more than 3 robust sigmas below the median removes them and leaves the mean
-    unbiased; a high quantile would also drop them but read every pair ~1 sigma high, and
-    turn away pairs that fit the budget."""
-    return float(np.mean(_busy_readings(readings)))
+    A reading inside a batch may still show the idle gap before it (a late sensor update,
+    or a batch whose GPU work starts a few ms after the client's clock): such readings only
+    ever lie low, while the sensor's noise is symmetric. Two rules drop them and leave the
+    mean unbiased (a high quantile would also drop them but read every pair ~1 sigma high,
+    and turn away pairs that fit the budget):
+    - with `gap` (readings between the batches), those at the gaps' level: a short batch's
+      2-7 readings can be half stale, where no rule that looks at them alone can tell
+      which half is the batch;
+    - then those more than 3 robust sigmas below the median (part-updated readings)."""
+    return float(np.mean(_busy_readings(readings, gap)))
 
 
-def _busy_readings(readings: Sequence[float]) -> np.ndarray:
-    """The readings in_batch_power averages (those not far below the median)."""
-    w = np.asarray(readings, dtype=float)
+def _busy_readings(readings: Sequence[float], gap: Sequence[float] = ()) -> np.ndarray:
+    """The readings in_batch_power averages."""
+    w = _above_gap_level(np.asarray(readings, dtype=float), gap)
     med = float(np.median(w))
-    sigma = max(1.4826 * float(np.median(np.abs(w - med))), 0.005 * abs(med))
+    sigma = max(1.4826 * float(np.median(np.abs(w - med))), SENSOR_SD_FLOOR * abs(med))
     return w[w >= med - 3.0 * sigma]
+
+
+def _above_gap_level(w: np.ndarray, gap: Sequence[float]) -> np.ndarray:
+    """`w` without the readings within 3 sigmas of the gaps' median reading, when the rest
+    lie clearly above it (their median 6 sigmas up); else all of `w`, as with too few gap
+    readings to know their level. Batches back to back leave gaps shorter than the sensor's
+    update, whose readings still show the batches: dropping the batches' readings at that
+    level would keep only their noise's high tail and read the pair high."""
+    if len(gap) < MIN_GAP_READINGS:
+        return w
+    g = np.asarray(gap, dtype=float)
+    level = float(np.median(g))
+    sigma = max(1.4826 * float(np.median(np.abs(g - level))), SENSOR_SD_FLOOR * abs(level))
+    above = w[w > level + 3.0 * sigma]
+    if not len(above) or float(np.median(above)) < level + 6.0 * sigma:
+        return w
+    return above
 
 
 def power_source(m: PairMeasurement, stopped: bool = False) -> str:
@@ -325,18 +347,24 @@ class PairWindow:
     ) -> PairMeasurement:
         d = np.array([(e - s) * 1000.0 for s, e in self.batches])
         inside: list[float] = []
+        gap: list[float] = []  # between batches, past the sensor lag after one ends
         t0, t1 = self.batches[0][0], self.batches[-1][1]
         samples = list(power(t0, t1))
         k = 0
         for t, w in samples:
             while k < len(self.batches) and self.batches[k][1] < t:
                 k += 1
-            if k < len(self.batches) and self.batches[k][0] + lag_s <= t <= self.batches[k][1]:
+            if k == len(self.batches):
+                continue
+            if self.batches[k][0] + lag_s <= t <= self.batches[k][1]:
                 inside.append(w)
+            elif k > 0 and self.batches[k - 1][1] + lag_s <= t < self.batches[k][0]:
+                gap.append(w)
         sd, n = None, 0
         if len(inside) >= MIN_POWER_SAMPLES:
-            busy = _busy_readings(inside)
-            pw, sd, n = float(np.mean(busy)), float(np.std(busy, ddof=1)), len(busy)
+            busy = _busy_readings(inside, gap)
+            pw, n = float(np.mean(busy)), len(busy)
+            sd = float(np.std(busy, ddof=1)) if n > 1 else None
         elif samples:
             pw = float(max(w for _, w in samples))  # conservative: batches too short to see
         else:

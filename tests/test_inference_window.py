@@ -35,6 +35,41 @@ def test_in_batch_power_drops_stale_idle_readings() -> None:
     assert in_batch_power(readings) == pytest.approx(float(np.mean(busy)), abs=0.01)
 
 
+def test_in_batch_power_drops_readings_at_the_gaps_level_even_when_they_are_half() -> None:
+    """A batch of one gets a few readings; when half still show the idle gap before it, the
+    median lies between the levels and no rule on the readings alone finds the busy half.
+    The readings between the batches show the idle level."""
+    rng = np.random.default_rng(3)
+    busy = [20.6, 20.8, 20.7]
+    stale = [16.5, 16.4, 16.6]
+    gap = list(16.5 * (1.0 + rng.normal(0.0, 0.01, 40)))
+    assert in_batch_power(busy + stale) < 19.0  # without the gaps: read 2 W low
+    assert in_batch_power(busy + stale, gap) == pytest.approx(20.7)
+    # a part-updated reading (some rails still idle) goes by the median rule after
+    assert in_batch_power([*busy, 18.2, 16.5], gap) == pytest.approx(20.7)
+
+
+@pytest.mark.parametrize(
+    "readings, gap_level, expected",
+    [
+        ([16.5, 16.45, 16.55], 16.5, 16.5),  # a batch that draws what the gaps draw: kept
+        ([20.6, 20.7, 20.8], 16.5, 20.7),  # nothing at the gaps' level: all kept
+        ([20.6, 20.7, 20.8], 22.0, 20.7),  # gaps above the batches (another job): all kept
+        # batches back to back: the gaps still show the batches' level, and dropping the
+        # readings at it would keep only the noise's high tail (21.075)
+        ([20.6, 20.7, 20.8, 21.05, 21.1], 20.7, 20.85),
+    ],
+)
+def test_the_gaps_level_drops_only_some_readings_never_all(readings, gap_level, expected) -> None:
+    gap = [gap_level] * 10
+    assert in_batch_power(readings, gap) == pytest.approx(expected, abs=1e-9)
+
+
+def test_too_few_gap_readings_leave_the_median_rule_alone() -> None:
+    readings = [20.6, 20.7, 20.8, 16.5, 16.5, 16.5]
+    assert in_batch_power(readings, [16.5] * 4) == in_batch_power(readings)
+
+
 def test_in_batch_power_of_noise_free_readings_is_their_value() -> None:
     assert in_batch_power([15.0] * 10) == 15.0
     assert in_batch_power([15.0, 15.0, 15.0, 14.0]) == 15.0  # 1 W below: not the busy level
@@ -64,6 +99,27 @@ def test_a_pair_s_power_counts_only_readings_inside_its_batches() -> None:
     assert m.batches == len(batches)
     assert m.batch_ms == pytest.approx(200.0)
     assert m.power_w == pytest.approx(15.0)
+
+
+def test_a_pair_s_power_is_not_diluted_by_batches_whose_readings_show_the_gap() -> None:
+    """Short batches whose first readings show the idle gap (the GPU's work began after the
+    client's clock, or the sensor updated late): the pair reads its busy level, as the
+    readings between its batches tell which level is the gap's."""
+    batches = [(1.0 + 0.1 * k, 1.004 + 0.1 * k) for k in range(10)]  # 4 ms batches
+    lag = 0.001
+
+    def power(t0: float, t1: float):
+        out = []
+        for s, e in batches:
+            out.append((s + 0.0015, 16.5))  # stale: shows the gap
+            out.append((s + 0.0035, 20.7))
+            out.append((e + 0.03, 16.5))  # between batches
+            out.append((e + 0.06, 16.5))
+        return [(t, w) for t, w in out if t0 <= t <= t1]
+
+    m = _window(batches).measure(power, lag_s=lag)
+    assert m.power_n == len(batches)
+    assert m.power_w == pytest.approx(20.7)
 
 
 def test_batches_too_short_for_readings_take_the_largest_reading() -> None:

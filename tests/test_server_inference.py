@@ -178,10 +178,10 @@ def test_infeasible_latency_is_reported_with_the_best_latency_within_budget(boar
     # never over the budget while serving: every batch after the decision ran in a mode
     # whose traced power for its batch size is within the budget ("after": from the moment
     # the client saw the job tuned, not the run's last seconds, which a loaded machine's
-    # longer profiling can reach). Fails now and then (2 of 31 runs here): a pair's
-    # few in-batch readings at b=1 can be half stale (the idle gap before the batch), read
-    # 0.5-1 W under its power and be served over the budget (docs/benchmarks.md, "Stale
-    # readings that are not a minority").
+    # longer profiling can reach). At b=1 a pair's few in-batch readings can be half stale
+    # (the idle gap before the batch): before the readings between batches told their
+    # level, a pair read 0.5-1 W under its power now and then and was served over the budget
+    # (docs/benchmarks.md, "Stale readings that are not a minority").
     assert "tuned_t" in seen, eb.log_tail()
     decided = [s for s in gpu.log if s.start >= seen["tuned_t"]]
     assert len(decided) >= 20, (len(decided), eb.log_tail())
