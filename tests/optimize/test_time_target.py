@@ -226,3 +226,27 @@ def test_a_pick_that_met_the_goal_by_less_than_the_noise_is_measured_again() -> 
         StepTimeSearch(_Table([cheap]), step_time_ms=110.0, recheck=0), {cheap: [107.0, 112.0]}
     )
     assert asked.count(cheap) == 1
+
+
+@pytest.mark.parametrize(
+    "readings, feasible, asked",
+    [
+        ([100.0], True, 1),  # meets T = 101 but not the goal (99.5): the target can be met
+        ([103.0, 100.0], True, 2),  # missed T by 2 %, inside the noise: measured again
+        ([103.0, 103.5], False, 2),  # missed twice: infeasible, the fresh time reported
+        ([110.0], False, 1),  # far over T: infeasible at once
+    ],
+)
+def test_a_target_near_the_fastest_mode_is_called_infeasible_only_on_its_own_time(
+    readings, feasible, asked
+) -> None:
+    """Replayed with 2 % time noise, 4 of 80 feasible targets were called infeasible: the
+    fastest mode's reading missed the goal's 1.5 % margin, which guards the lowest-power
+    pick among many, not whether the target can be met at all."""
+    fastest = PowerMode(4, 1, 4, 4)
+    search = StepTimeSearch(_Table([]), step_time_ms=101.0)
+    commit, samples, got = _drive_readings(search, {fastest: readings})
+    assert commit.mode == fastest and commit.feasible is feasible
+    assert got.count(fastest) == asked
+    if not feasible:
+        assert search.fastest_ms == samples[fastest].time_ms == readings[-1]
