@@ -211,7 +211,7 @@ class StepTimeSearch(Strategy):
                 and fastest.time_ms <= self.step_time_ms * (1.0 + self.recheck_band)
             ):
                 # within the noise of the target: one more measurement before calling it
-                # infeasible (a target near the fastest mode's time reads missed 1 in 10)
+                # infeasible on a single slow reading
                 self._rechecked.add(fastest.mode)
                 return Measure(fastest.mode)
             return Commit(fastest.mode, feasible=False)
