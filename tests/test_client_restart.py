@@ -159,6 +159,9 @@ def test_a_client_process_stopped_past_the_heartbeat_says_so_not_that_the_daemon
         stderr=subprocess.STDOUT,
         text=True,
     )
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)
+    reader.start()
     try:
         wait_for(lambda: len(_jobs(board)) == 1, 20, "the child's job")
         (first,) = _jobs(board)
@@ -171,8 +174,17 @@ def test_a_client_process_stopped_past_the_heartbeat_says_so_not_that_the_daemon
             10,
             "the job to register again",
         )
+        # the daemon lists the new job before the client has read its reply, and the client
+        # says why it registered again when it reads it (a CI run killed it in between)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and not any(
+            "this process was stopped for" in ln for ln in lines
+        ):
+            time.sleep(0.05)
     finally:
         proc.kill()
-        out = proc.communicate(timeout=10)[0]
+        proc.wait(timeout=10)
+        reader.join(timeout=10)
+    out = "".join(lines)
     assert "this process was stopped for" in out, out
     assert "it restarted" not in out and "has not answered" not in out, out
