@@ -216,11 +216,16 @@ def in_batch_power(readings: Sequence[float], gap: Sequence[float] = ()) -> floa
     return float(np.mean(_busy_readings(readings, gap)))
 
 
+def _level(w: np.ndarray) -> tuple[float, float]:
+    """Readings' median and robust sigma (MAD), at least the sensor's noise floor."""
+    med = float(np.median(w))
+    return med, max(1.4826 * float(np.median(np.abs(w - med))), SENSOR_SD_FLOOR * abs(med))
+
+
 def _busy_readings(readings: Sequence[float], gap: Sequence[float] = ()) -> np.ndarray:
     """The readings in_batch_power averages."""
     w = _above_gap_level(np.asarray(readings, dtype=float), gap)
-    med = float(np.median(w))
-    sigma = max(1.4826 * float(np.median(np.abs(w - med))), SENSOR_SD_FLOOR * abs(med))
+    med, sigma = _level(w)
     return w[w >= med - 3.0 * sigma]
 
 
@@ -232,9 +237,7 @@ def _above_gap_level(w: np.ndarray, gap: Sequence[float]) -> np.ndarray:
     level would keep only their noise's high tail and read the pair high."""
     if len(gap) < MIN_GAP_READINGS:
         return w
-    g = np.asarray(gap, dtype=float)
-    level = float(np.median(g))
-    sigma = max(1.4826 * float(np.median(np.abs(g - level))), SENSOR_SD_FLOOR * abs(level))
+    level, sigma = _level(np.asarray(gap, dtype=float))
     above = w[w > level + 3.0 * sigma]
     if not len(above) or float(np.median(above)) < level + 6.0 * sigma:
         return w

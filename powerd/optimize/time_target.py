@@ -147,15 +147,16 @@ class StepTimeSearch(Strategy):
         """Stage 4: measure the pick again when it met the goal by less than the noise."""
         assert self._cap is not None
         best = lowest_power_meeting(samples, self._goal, self._cap)
-        if (
-            best is None
-            or best.mode in self._rechecked
-            or len(self._rechecked) >= self.recheck
-            or best.time_ms < self._goal * (1.0 - self.recheck_band)
-        ):
+        if best is None or best.time_ms < self._goal * (1.0 - self.recheck_band):
             return None
-        self._rechecked.add(best.mode)
-        return Measure(best.mode)
+        return self._measure_again(best.mode)
+
+    def _measure_again(self, mode: PowerMode) -> Measure | None:
+        """Measure `mode` once more, unless it was, or `recheck` modes already were."""
+        if mode in self._rechecked or len(self._rechecked) >= self.recheck:
+            return None
+        self._rechecked.add(mode)
+        return Measure(mode)
 
     def _advance(self, commit: Commit, samples: Mapping[PowerMode, Measurement]) -> None:
         """The inner strategy pinned `commit` under budget self._probe: narrow the bracket."""
@@ -205,15 +206,12 @@ class StepTimeSearch(Strategy):
                 # many near the target against the one that read fast; whether the target
                 # can be met at all is the fastest mode's own measured time
                 return Commit(fastest.mode)
-            if (
-                fastest.mode not in self._rechecked
-                and len(self._rechecked) < self.recheck
-                and fastest.time_ms <= self.step_time_ms * (1.0 + self.recheck_band)
-            ):
+            if fastest.time_ms <= self.step_time_ms * (1.0 + self.recheck_band):
                 # within the noise of the target: one more measurement before calling it
                 # infeasible on a single slow reading
-                self._rechecked.add(fastest.mode)
-                return Measure(fastest.mode)
+                again = self._measure_again(fastest.mode)
+                if again is not None:
+                    return again
             return Commit(fastest.mode, feasible=False)
         # nothing usable measured at all: the inner strategy's own conclusion at the cap
         action = self.inner.next_action(self._cap, samples)
