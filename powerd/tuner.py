@@ -5,7 +5,7 @@ One Tuner drives the board for one workload and budget. It asks the strategy wha
 server loop, and once committed keeps guarding the pinned mode's measured power.
 
     deciding --Measure--> measuring --window done--> deciding
-    deciding --Fit------> fitting   --fit done----> deciding
+    deciding --Fit------> fitting   --fit done----> deciding   (parked: see _park)
     deciding --Commit---> tuned     --power over budget--> deciding
                           tuned     --refine (a long job)--> measuring
 
@@ -33,7 +33,16 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 
 from powerd.modes import PowerMode
-from powerd.optimize.base import Commit, Fit, Measure, Measurement, Predictor, Strategy, fits
+from powerd.optimize.base import (
+    Commit,
+    Fit,
+    Measure,
+    Measurement,
+    Predictor,
+    Strategy,
+    best_within,
+    fits,
+)
 from powerd.profiler import ModeWindow, PowerSamples, ProfilingCost, WindowSpec
 
 log = logging.getLogger("powerd.tuner")
@@ -104,6 +113,8 @@ class Tuner:
         self.state = "deciding"
         self.window: ModeWindow | None = None
         self.fit_future: Future | None = None
+        self._fit_since = 0.0  # CLOCK_MONOTONIC when the fit in flight was submitted
+        self._applied: PowerMode | None = None  # the mode last switched to
         self.committed: Commit | None = None
         self.message = ""
         self.started = time.monotonic()
@@ -224,7 +235,9 @@ class Tuner:
             self.state = "measuring"
             return True
         if isinstance(action, Fit):
+            self._park()
             self.fit_future = self.hooks.submit_fit(w)
+            self._fit_since = time.monotonic()
             self.state = "fitting"
             return True
         assert isinstance(action, Commit)
@@ -281,7 +294,31 @@ class Tuner:
                 raise TunerFailed(self.message) from exc
             return False
         self._switch_failures = 0
+        self._applied = mode
         return True
+
+    def _park(self) -> None:
+        """Before a fit: leave a mode measured over the budget for the fastest measured mode
+        within it (else the one measured at the least power). A fit takes 0.1 s to seconds
+        (a fine-tune in its worker), and a window stopped over the budget would otherwise
+        hold the board there all that time; the job trains on at the parked mode."""
+        samples = self.workload.samples
+        m = samples.get(self._applied) if self._applied is not None else None
+        if m is None or fits(m, self.budget_w):
+            return
+        safe = best_within(samples, self.budget_w)
+        if safe is None:
+            known = [s for s in samples.values() if math.isfinite(s.power_w)]
+            safe = min(known, key=lambda s: s.power_w, default=None)
+        if safe is not None and safe.power_w < m.power_w:
+            log.info(
+                "%s: holding %s while fitting (%s drew %.2f W)",
+                self.workload.name,
+                safe.mode,
+                m.mode,
+                m.power_w,
+            )
+            self._switch(safe.mode)
 
     def _poll_window(self, now: float) -> None:
         assert self.window is not None
@@ -400,6 +437,10 @@ class Tuner:
         assert self.fit_future is not None
         if not self.fit_future.done():
             return False
+        # the board ran the job meanwhile: part of what profiling cost
+        self.workload.cost.account(
+            self.hooks.power(self._fit_since, time.monotonic()), self.budget_w
+        )
         try:
             predictor = self.fit_future.result()
         except Exception as exc:  # noqa: BLE001
