@@ -298,10 +298,11 @@ class Tuner:
         return True
 
     def _park(self) -> None:
-        """Before a fit: leave a mode measured over the budget for the fastest measured mode
-        within it (else the one measured at the least power). A fit takes 0.1 s to seconds
-        (a fine-tune in its worker), and a window stopped over the budget would otherwise
-        hold the board there all that time; the job trains on at the parked mode."""
+        """Before a fit: leave a mode measured over the budget (a window stopped over it, or
+        a pin a lowered budget no longer fits) for the fastest measured mode within it
+        (else the one measured at the least power). A fit takes 0.1 s to seconds (a
+        fine-tune in its worker), all of it over the budget otherwise; the job trains on
+        at the parked mode."""
         samples = self.workload.samples
         m = samples.get(self._applied) if self._applied is not None else None
         if m is None or fits(m, self.budget_w):

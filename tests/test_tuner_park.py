@@ -9,7 +9,7 @@ import time
 from concurrent.futures import Future
 
 from powerd.modes import PowerMode
-from powerd.optimize.base import Commit, Fit, Measure, Strategy
+from powerd.optimize.base import Commit, Fit, Measure, Strategy, best_within
 from powerd.profiler import WindowSpec
 from powerd.tuner import Tuner, TunerHooks, WorkloadState
 
@@ -136,3 +136,38 @@ def test_a_fit_without_a_measured_mode_to_fall_back_on_leaves_the_board_as_it_is
     t, fits = _tuner(board, [HOT])
     _run(t, board, lambda: t.state == "fitting")
     assert [m for _, m in board.switches] == [HOT]  # nowhere better to go
+
+
+class RefitOnChange(Scripted):
+    """As Scripted, then one more fit for every new budget before committing the fastest
+    measured mode within it."""
+
+    def __init__(self, plan: list[PowerMode]):
+        super().__init__(plan)
+        self.fitted_for: float | None = None
+
+    def next_action(self, budget_w, samples):
+        first = super().next_action(budget_w, samples)
+        if not isinstance(first, Commit):
+            self.fitted_for = budget_w
+            return first
+        if self.fitted_for != budget_w:
+            self.fitted_for = budget_w
+            return Fit()
+        return Commit(best_within(samples, budget_w).mode)
+
+
+def test_a_lowered_budget_refits_on_a_mode_within_the_new_budget():
+    board = Board({SLOW: 9.0, FAST: 11.0})
+    t, fits = _tuner(board, [SLOW, FAST])
+    t.workload.strategy = RefitOnChange([SLOW, FAST])
+    _run(t, board, lambda: t.state == "fitting")
+    fits[-1].set_result(None)
+    _run(t, board, lambda: t.state == "tuned")
+    assert board.mode == FAST  # the fastest within 12 W
+    t.set_budget(10.0)  # FAST (11 W) no longer fits
+    _run(t, board, lambda: t.state == "fitting")
+    assert board.mode == SLOW, board.switches
+    fits[-1].set_result(None)
+    _run(t, board, lambda: t.state == "tuned")
+    assert board.mode == SLOW
