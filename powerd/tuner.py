@@ -42,6 +42,7 @@ from powerd.optimize.base import (
     Strategy,
     best_within,
     fits,
+    least_power,
 )
 from powerd.profiler import ModeWindow, PowerSamples, ProfilingCost, WindowSpec
 
@@ -307,10 +308,7 @@ class Tuner:
         m = samples.get(self._applied) if self._applied is not None else None
         if m is None or fits(m, self.budget_w):
             return
-        safe = best_within(samples, self.budget_w)
-        if safe is None:
-            known = [s for s in samples.values() if math.isfinite(s.power_w)]
-            safe = min(known, key=lambda s: s.power_w, default=None)
+        safe = best_within(samples, self.budget_w) or least_power(samples)
         if safe is not None and safe.power_w < m.power_w:
             log.info(
                 "%s: holding %s while fitting (%s drew %.2f W)",

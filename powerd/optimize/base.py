@@ -96,6 +96,12 @@ def best_within(samples: Mapping[PowerMode, Measurement], budget_w: float) -> Me
     return min(ok, key=lambda m: (m.time_ms, m.power_w)) if ok else None
 
 
+def least_power(samples: Mapping[PowerMode, Measurement]) -> Measurement | None:
+    """The measured mode that drew the least power (a failed switch, power inf, never)."""
+    finite = [s for s in samples.values() if math.isfinite(s.power_w)]
+    return min(finite, key=lambda s: s.power_w) if finite else None
+
+
 def needs_remeasure(m: Measurement, budget_w: float) -> bool:
     """An abort under a lower budget says nothing about the time: measure again when its
     power is within this budget. (A failed switch has power inf and is never retried.)"""
@@ -116,10 +122,8 @@ def conclude(
         return Measure(lowest)
     if fits(m, budget_w):
         return Commit(lowest)
-    finite = [s for s in samples.values() if math.isfinite(s.power_w)]
-    if not finite:
-        return Commit(lowest, feasible=False)
-    return Commit(min(finite, key=lambda s: s.power_w).mode, feasible=False)
+    least = least_power(samples)
+    return Commit(lowest if least is None else least.mode, feasible=False)
 
 
 class Predictor(ABC):
