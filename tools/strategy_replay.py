@@ -23,7 +23,9 @@ trace seen through a systematic distortion, refitted by a small ridge) instead.
 Per budget: chosen mode and its true time/power, the trace's best mode within the budget,
 the time penalty, overshoot, new probes (modes measured for this budget), probes whose
 true power was over the budget, fits. Then the aggregates: median/mean/p90 penalty, share
-of budgets over by > 0.5 W, distinct modes profiled, probes per budget.
+of budgets over by > 0.5 W, distinct modes profiled, probes per budget. With --step-time,
+per target: chosen mode, its true time and power, the least power of a traced mode (and of
+a row that is no glitch) meeting the target, the excess, met within 2 %, modes measured.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ from powerd_replay.training import (  # noqa: E402
     NoisyOracle,
     RidgeFitter,
     SweepResult,
+    TimeTargetResult,
     format_table,
     is_held_out,
     load_trace,
@@ -55,6 +58,7 @@ from powerd_replay.training import (  # noqa: E402
     own_range_budgets,
     replay_sweep,
     replay_time_targets,
+    short_mode,
     time_targets,
 )
 
@@ -165,7 +169,10 @@ def main(argv: list[str] | None = None) -> int:
             for trace in traces:
                 for seed in seeds:
                     tag = f" [seed {seed}]" if len(seeds) > 1 else ""
-                    print(step_time_line(strategy, trace, args, seed) + tag, flush=True)
+                    res = step_time_results(strategy, trace, args, seed)
+                    if not args.summary:
+                        print(step_time_table(res))
+                    print(step_time_line(strategy, trace.name, res) + tag, flush=True)
         return 0
     for strategy in args.strategy or STRATEGIES:
         for trace in traces:
@@ -178,7 +185,9 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def step_time_line(strategy: str, trace: Trace, args: argparse.Namespace, seed: int) -> str:
+def step_time_results(
+    strategy: str, trace: Trace, args: argparse.Namespace, seed: int
+) -> list[TimeTargetResult]:
     """StepTimeSearch over the strategy, one new workload per target (the best time under
     each of the trace's own-range budgets, +3 %), power cap above the trace's top."""
     space = GridSpace.from_trace(trace)
@@ -186,7 +195,7 @@ def step_time_line(strategy: str, trace: Trace, args: argparse.Namespace, seed: 
     if strategy == "powertrain":
         factory, fitter = predictor_pair(args.predictor, trace, seed, args.ridge)
     targets = time_targets(trace, own_range_budgets(trace))
-    res = replay_time_targets(
+    return replay_time_targets(
         lambda: make_strategy(
             strategy, space, predictor_factory=factory, max_modes=args.modes, **knobs(args)
         ),
@@ -196,10 +205,30 @@ def step_time_line(strategy: str, trace: Trace, args: argparse.Namespace, seed: 
         fitter=fitter,
         noise=NoiseModel(seed=seed),
     )
+
+
+def step_time_table(res: list[TimeTargetResult]) -> str:
+    """Per target: the pinned mode's true time and power against the lowest-power traced
+    mode meeting the target (and the lowest among rows that are no glitch)."""
+    lines = [
+        f"{'target':>8s} {'chosen mode':18s} {'t_ms':>7s} {'P_W':>6s} {'least_P':>7s} "
+        f"{'regular':>7s} {'excess%':>7s} {'met':>4s} {'probes':>6s}"
+    ]
+    for r in res:
+        lines.append(
+            f"{r.target_ms:8.1f} {short_mode(r.mode):18s} {r.time_ms:7.1f} {r.power_w:6.2f} "
+            f"{r.best_power_w:7.2f} {r.regular_best_power_w:7.2f} "
+            f"{100 * r.power_excess:7.1f} {'yes' if r.met else 'NO':>4s} {r.new_probes:6d}"
+        )
+    return "\n".join(lines)
+
+
+def step_time_line(strategy: str, trace_name: str, res: list[TimeTargetResult]) -> str:
+    """The step-time aggregates of one seed."""
     excess = [r.power_excess for r in res]
     regular = [r.regular_power_excess for r in res]
     return (
-        f"{strategy:13s} {trace.name:38s} step-time targets {len(res)}: true time within "
+        f"{strategy:13s} {trace_name:38s} step-time targets {len(res)}: true time within "
         f"2 % of the target on {100 * np.mean([r.met for r in res]):.0f} %, power over the "
         f"lowest-power mode meeting it median {100 * np.median(excess):.1f} % "
         f"(worst {100 * max(excess):.1f} %; vs rows that are no glitch median "
