@@ -44,8 +44,8 @@ NANO = str(REPO / "powerd/sim/traces/orin_nano_resnet18_imagenet_train.csv")
 
 
 def test_replay_tool_prints_a_table(capsys) -> None:
-    tool, nano = _replay_tool(), NANO
-    assert tool.main(["--strategy", "binary-search", "--trace", nano, "--seeds", "0,1"]) == 0
+    tool = _replay_tool()
+    assert tool.main(["--strategy", "binary-search", "--trace", NANO, "--seeds", "0,1"]) == 0
     out = capsys.readouterr().out
     assert "== binary-search on orin_nano_resnet18_imagenet_train" in out
     assert out.count("\n  ") >= 13  # a row per budget, 8..20 W
