@@ -12,6 +12,7 @@ CORPUS = REPO / "models" / "corpus" / "orin_agx_resnet18_imagenet_train.csv"
 TRACES = REPO / "powerd" / "sim" / "traces"
 AGX_MOBILENET = TRACES / "orin_agx_mobilenetv3_gld23k_train.csv"
 NANO_RESNET = TRACES / "orin_nano_resnet18_imagenet_train.csv"
+RESNET_INFER = TRACES / "orin_agx_resnet18_imagenet_infer.csv"
 
 
 def mape(pred: np.ndarray, true: np.ndarray) -> float:

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from predictor_testlib import mape
+from predictor_testlib import RESNET_INFER, mape
 
 from powerd.modes import PowerMode
 from powerd.optimize.base import Measurement, Predictor
@@ -20,10 +20,12 @@ from powerd.predictor.reference import ReferenceModel, make_session
 from powerd.predictor.sampling import select_modes
 from powerd.predictor.transfer import (
     FittedPredictor,
+    RidgeOptions,
     Samples,
     fit_ridge,
     fit_workload,
 )
+from powerd.sim.trace import Trace
 
 
 def profile(trace, idx: np.ndarray) -> Samples:
@@ -195,6 +197,8 @@ def test_power_floor_corrects_an_extrapolating_fit(reference, nano) -> None:
     (after,) = fit_workload(ms, reference, method="ridge").predict(at)[1]
     assert before < nb.power_w - 3.0  # the situation: a fit far too low out there
     assert abs(after - nb.power_w) < 1.5, (before, after, nb.power_w)
+    # a reading this far out tilts the fit past the bound on the reference's slope
+    assert fit_workload(ms, reference, method="ridge").heads[1].coef_ref > 1.2
 
 
 @pytest.mark.parametrize("k", [1, 2, 3])
@@ -308,3 +312,44 @@ def test_no_trimming_below_min_samples(reference, nano) -> None:
     t[0] *= 4.0
     fp = fit_ridge(Samples(s.modes, t, s.power_w), reference)
     assert fp.stats.time_outliers == [] and fp.stats.n_time == 15
+
+
+# A 16 W budget's profiled modes of ResNet-18 inference at batch size 16 (its modes span
+# 15-54 W) and their power as read in a replay (the trace's power plus ~0.2 W noise): every
+# reading within 1.7 W of the others, so a free slope on the reference's power is the tilt
+# of a few noisy points.
+LOW_BUDGET_READINGS = {
+    (4, 422400, 114750000, 665600000): 14.69,
+    (8, 729600, 114750000, 665600000): 15.38,
+    (4, 422400, 318750000, 665600000): 16.38,
+    (4, 422400, 114750000, 2133000000): 16.23,
+    (4, 1036800, 114750000, 665600000): 15.30,
+    (8, 1036800, 114750000, 665600000): 15.51,
+    (12, 422400, 114750000, 665600000): 15.14,
+}
+
+
+def test_power_slope_bound_keeps_a_low_budgets_fit_from_tilting(reference) -> None:
+    trace = Trace.load(RESNET_INFER, batch_size=16)
+    modes = np.array(list(LOW_BUDGET_READINGS))
+    true = [trace.lookup(PowerMode(*m)) for m in LOW_BUDGET_READINGS]
+    s = Samples(modes, [r.time_ms for r in true], list(LOW_BUDGET_READINGS.values()))
+    free = fit_ridge(s, reference, RidgeOptions(power_model="ridge", power_max_slope=0.0))
+    bound = fit_ridge(s, reference, RidgeOptions(power_model="ridge"))
+    assert RidgeOptions().power_max_slope == 1.1
+    assert free.heads[1].coef_ref > 1.3  # the situation: the free slope overshoots
+    assert 1.05 < bound.heads[1].coef_ref < 1.15
+    # near the samples both fit; over every mode the bounded one is far closer
+    assert mape(bound.predict(s.modes)[1], s.power_w) < 3.0
+    assert mape(bound.predict(trace.modes_array)[1], trace.power_w) < 6.0
+    assert mape(free.predict(trace.modes_array)[1], trace.power_w) > 12.0
+
+
+def test_power_slope_bound_leaves_a_flatter_fit_alone(reference, nano) -> None:
+    s = front_samples(nano, reference, 30)
+    free = fit_ridge(s, reference, RidgeOptions(power_model="ridge", power_max_slope=0.0))
+    bound = fit_ridge(s, reference, RidgeOptions(power_model="ridge"))
+    assert free.heads[1].coef_ref < 1.1
+    np.testing.assert_allclose(
+        bound.predict(nano.modes_array)[1], free.predict(nano.modes_array)[1], rtol=1e-9
+    )
