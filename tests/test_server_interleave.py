@@ -785,7 +785,7 @@ def test_two_idle_inference_jobs_both_say_they_run_no_batches(board, batches, tr
 
 PROBE_LINE = re.compile(
     r"interleaved probe (\d+)c/cpu (\d+) MHz/gpu (\d+) MHz/emc (\d+) MHz b=(\d+): "
-    r"batch p99 [\d.]+ ms at ([\d.]+) W \((\d+) readings inside batches\)"
+    r"batch p99 [\d.]+ ms at ([\d.]+) W \(((\d+) readings inside batches|too few readings[^)]*)\)"
 )
 
 
@@ -816,10 +816,11 @@ def _new_inference_workload_probes(eb, gpu, batches, train_trace) -> None:
         if "interleaved probe" in ln and "stopped: over the budget" not in ln
     ]
     assert lines, eb.log_tail()
+    read_inside = 0
     for line in lines:
         found = PROBE_LINE.search(line)
-        assert found, line  # every probe read its batches from inside them
-        cores, cpu, gpu_mhz, emc, b, watts, n = found.groups()
+        assert found, line
+        cores, cpu, gpu_mhz, emc, b, watts, _, n = found.groups()
         row = next(
             r
             for r in batches[int(b)].rows
@@ -827,10 +828,18 @@ def _new_inference_workload_probes(eb, gpu, batches, train_trace) -> None:
             == (int(cores), int(cpu), int(gpu_mhz))
             and r.mode.emc_hz // 10**6 == int(emc)
         )
+        if n is None:
+            # the sensor thread woke after the batches it was told of (here 2 ms long, on
+            # a loaded runner): the window's highest, never below the batches' power
+            assert float(watts) >= row.power_w - 0.4, (row, watts)
+            continue
+        read_inside += 1
         assert int(n) >= 3
         # the emulator's 1 % noise, averaged over the readings; the training steps around
         # the batches draw more than the batches here (stale readings would read high)
         assert float(watts) == pytest.approx(row.power_w, abs=0.4), (row, watts)
+    # most probes read their batches from inside them (before: none did)
+    assert 2 * read_inside > len(lines), lines
     # what the probes cost is in status, as a window of the job alone would be
     assert _windows_accounted(eb) >= len(lines)
 
