@@ -785,7 +785,7 @@ def test_two_idle_inference_jobs_both_say_they_run_no_batches(board, batches, tr
 
 PROBE_LINE = re.compile(
     r"interleaved probe (\d+)c/cpu (\d+) MHz/gpu (\d+) MHz/emc (\d+) MHz b=(\d+): "
-    r"batch p99 [\d.]+ ms at ([\d.]+) W \(((\d+) readings inside batches|too few readings[^)]*)\)"
+    r"batch p99 [\d.]+ ms at ([\d.]+) W \((?:(\d+) readings inside batches|too few readings[^)]*)\)"
 )
 
 
@@ -820,7 +820,7 @@ def _new_inference_workload_probes(eb, gpu, batches, train_trace) -> None:
     for line in lines:
         found = PROBE_LINE.search(line)
         assert found, line
-        cores, cpu, gpu_mhz, emc, b, watts, _, n = found.groups()
+        cores, cpu, gpu_mhz, emc, b, watts, n = found.groups()
         row = next(
             r
             for r in batches[int(b)].rows

@@ -381,7 +381,6 @@ def ridge_head(
     time_ms: np.ndarray | None = None,
     max_slope: float = 0.0,
     slope_weight: float = 0.0,
-    pulled: bool = False,
 ) -> tuple[Head, float | None, np.ndarray]:
     """Fit ``target ~ a + b*r(y_ref) + h @ w`` with a ridge penalty on ``w`` only.
 
@@ -416,13 +415,42 @@ def ridge_head(
         u = np.column_stack([np.ones(k), r])
     else:
         u = np.ones((k, 1))
-    real = k
-    if pulled and u.shape[1] == 2:
+    lam, w, lev, coefs = _ridge_solve(u, t, h, scale, options, min_lambda, k)
+    b = float(coefs[1]) if u.shape[1] == 2 else (1.0 if use_ref else 0.0)
+    if u.shape[1] == 2 and 0 < max_slope < b and slope_weight > 0:
         # the pseudo sample joins the fit and the leverages, never the residuals
-        u = np.vstack([u, [0.0, slope_weight]])
-        t = np.append(t, slope_weight * max_slope)
-        h = np.vstack([h, np.zeros((1, h.shape[1]))])
-        k += 1
+        lam, w, lev, coefs = _ridge_solve(
+            np.vstack([u, [0.0, slope_weight]]),
+            np.append(t, slope_weight * max_slope),
+            np.vstack([h, np.zeros((1, h.shape[1]))]),
+            scale,
+            options,
+            min_lambda,
+            k,
+        )
+        b = float(coefs[1])
+    a = float(coefs[0])
+    head = Head(
+        a, b, w if np.any(w) else np.zeros(0), ref_transform, out_transform, px, pc, ps, pg, pps
+    )
+    resid = target - head.linear(y_ref, h, modes, time_ms)
+    loo = resid / np.maximum(1.0 - lev[:k], 1e-9)
+    return head, lam, loo
+
+
+def _ridge_solve(
+    u: np.ndarray,
+    t: np.ndarray,
+    h: np.ndarray,
+    scale: np.ndarray,
+    options: RidgeOptions,
+    min_lambda: float,
+    real: int,
+) -> tuple[float | None, np.ndarray, np.ndarray, np.ndarray]:
+    """``t ~ u @ c + h @ w`` with the ridge penalty on ``w`` only, its strength chosen by
+    `options` (at least `min_lambda`); rows past the first `real` are pseudo samples.
+    Returns (lambda, w, leverages, c)."""
+    k = len(t)
     keep = scale > 1e-6 * max(float(scale.max(initial=0.0)), 1e-12)
     hs = h[:, keep] / scale[keep]
     # Orthogonal basis of the unpenalised columns; project them out of targets/activations.
@@ -471,32 +499,7 @@ def ridge_head(
         lev = np.sum(qu**2, axis=1)
     # The unpenalised coefficients, given w (exact for the joint problem).
     coefs, *_ = np.linalg.lstsq(u, t - h @ w, rcond=None)
-    a = float(coefs[0])
-    b = float(coefs[1]) if u.shape[1] == 2 else (1.0 if use_ref else 0.0)
-    if u.shape[1] == 2 and not pulled and 0 < max_slope < b and slope_weight > 0:
-        return ridge_head(
-            y_ref,
-            h,
-            target,
-            scale,
-            use_ref=use_ref,
-            ref_transform=ref_transform,
-            out_transform=out_transform,
-            options=options,
-            modes=modes,
-            phys=phys,
-            min_lambda=min_lambda,
-            time_ms=time_ms,
-            max_slope=max_slope,
-            slope_weight=slope_weight,
-            pulled=True,
-        )
-    head = Head(
-        a, b, w if np.any(w) else np.zeros(0), ref_transform, out_transform, px, pc, ps, pg, pps
-    )
-    resid = target - head.linear(y_ref, h[:real], modes, time_ms)
-    loo = resid / np.maximum(1.0 - lev[:real], 1e-9)
-    return head, lam, loo
+    return lam, w, lev, coefs
 
 
 class FittedPredictor(Predictor):
