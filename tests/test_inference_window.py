@@ -40,13 +40,17 @@ def test_in_batch_power_drops_readings_at_the_gaps_level_even_when_they_are_half
     median lies between the levels and no rule on the readings alone finds the busy half.
     The readings between the batches show the idle level."""
     rng = np.random.default_rng(3)
-    busy = [20.6, 20.8, 20.7]
-    stale = [16.5, 16.4, 16.6]
+    busy = [20.6, 20.8, 20.7] * 3  # enough for their mean (MEAN_READINGS)
+    stale = [16.5, 16.4, 16.6] * 3
     gap = list(16.5 * (1.0 + rng.normal(0.0, 0.01, 40)))
     assert in_batch_power(busy + stale) < 19.0  # without the gaps: read 2 W low
     assert in_batch_power(busy + stale, gap) == pytest.approx(20.7)
     # a part-updated reading (some rails still idle) goes by the median rule after
     assert in_batch_power([*busy, 18.2, 16.5], gap) == pytest.approx(20.7)
+    # fewer readings: the same drops, then the mean of the busy ones plus its standard error
+    # (their spread, 0.1 W, is below the sensor's floor of 0.5 %)
+    few = in_batch_power([20.6, 20.8, 20.7, 16.5, 16.4, 16.6], gap)
+    assert few == pytest.approx(20.7 + 0.005 * 20.7 / math.sqrt(3))
 
 
 @pytest.mark.parametrize(
@@ -62,7 +66,8 @@ def test_in_batch_power_drops_readings_at_the_gaps_level_even_when_they_are_half
 )
 def test_the_gaps_level_drops_only_some_readings_never_all(readings, gap_level, expected) -> None:
     gap = [gap_level] * 10
-    assert in_batch_power(readings, gap) == pytest.approx(expected, abs=1e-9)
+    # three windows' worth: enough readings for their mean (MEAN_READINGS)
+    assert in_batch_power(readings * 3, gap) == pytest.approx(expected, abs=1e-9)
 
 
 def test_too_few_gap_readings_leave_the_median_rule_alone() -> None:
@@ -70,9 +75,30 @@ def test_too_few_gap_readings_leave_the_median_rule_alone() -> None:
     assert in_batch_power(readings, [16.5] * 4) == in_batch_power(readings)
 
 
+def test_few_readings_add_their_standard_error_as_straddling_ones_read_low() -> None:
+    """A batch of one lasts a few ms: a conversion that straddles its start reads part of
+    the gap, a few % low and too close to the busy level for the drop rules. These are a
+    window's readings of a 17.46 W pair (b=1, ResNet-18 on Orin AGX, through the daemon
+    under load): gaps at 13.91 W, two readings at the gaps' level, three busy ones of
+    which two straddled."""
+    gap = [13.91] * 20
+    busy = [16.77, 16.98, 17.6]
+    mean = float(np.mean(busy))
+    assert mean < 17.46 - 0.3  # their mean: a pair that draws 17.46 W reads 17.12 W
+    got = in_batch_power([*busy, 14.05, 13.76], gap)
+    assert got == pytest.approx(mean + float(np.std(busy, ddof=1)) / math.sqrt(3))
+    assert abs(got - 17.46) < 0.15
+    # two readings: their highest
+    assert in_batch_power([16.77, 17.6], gap) == pytest.approx(17.6)
+    # with enough readings the mean: straddling ones are a minority there
+    rng = np.random.default_rng(5)
+    many = list(17.46 * (1.0 + rng.normal(0.0, 0.01, 12)))
+    assert in_batch_power(many, gap) == pytest.approx(float(np.mean(many)))
+
+
 def test_in_batch_power_of_noise_free_readings_is_their_value() -> None:
     assert in_batch_power([15.0] * 10) == 15.0
-    assert in_batch_power([15.0, 15.0, 15.0, 14.0]) == 15.0  # 1 W below: not the busy level
+    assert in_batch_power([15.0] * 8 + [14.0]) == 15.0  # 1 W below: not the busy level
 
 
 def _window(batches: list[tuple[float, float]]) -> PairWindow:
