@@ -52,6 +52,7 @@ from powerd.optimize.backlog import (
 from powerd.optimize.base import Measurement
 from powerd.optimize.inference import (
     RATE_CHANGE_PAIRS,
+    SENSOR_SD_FLOOR,
     InferenceGoal,
     InferencePlanner,
     InferenceSession,
@@ -59,6 +60,7 @@ from powerd.optimize.inference import (
     Pair,
     PairMeasurement,
     ServePair,
+    few_readings_power,
     pooled,
     worst_latency_ms,
 )
@@ -75,10 +77,6 @@ P99_MIN_BATCHES = 8
 # A window ends early over the budget only on this many in-batch readings, with their
 # spread taken as at least this share of the reading (see PairWindow.clearly_over).
 CLEARLY_OVER_READINGS = 8
-# Below this many in-batch readings a pair's power is their mean plus its standard error
-# (see in_batch_power).
-MEAN_READINGS = 8
-SENSOR_SD_FLOOR = 0.005
 COSTS_KEPT = 64  # workloads whose profiling cost status reports
 
 
@@ -228,11 +226,8 @@ def in_batch_power(readings: Sequence[float], gap: Sequence[float] = ()) -> floa
 
 
 def _busy_power(busy: np.ndarray) -> float:
-    mean = float(np.mean(busy))
-    if len(busy) >= MEAN_READINGS:
-        return mean
-    sd = float(np.std(busy, ddof=1)) if len(busy) > 1 else 0.0
-    return mean + max(sd, SENSOR_SD_FLOOR * mean) / math.sqrt(len(busy))
+    sd = float(np.std(busy, ddof=1)) if len(busy) > 1 else None
+    return few_readings_power(float(np.mean(busy)), sd, len(busy))
 
 
 def _level(w: np.ndarray) -> tuple[float, float]:

@@ -101,6 +101,30 @@ MIN_FIT_PROB = 0.02
 COVER_EXTRA_PAIRS = 5
 # The spread (sd of the log error) assumed for a predictor that states none.
 DEFAULT_SPREAD = (0.10, 0.05)
+# Below this many in-batch readings a pair's power is their mean plus its standard error,
+# the readings' sd taken as at least SENSOR_SD_FLOOR of their mean
+# (powerd.inference_planner.in_batch_power says why).
+MEAN_READINGS = 8
+SENSOR_SD_FLOOR = 0.005
+
+
+def few_readings_power(mean: float, sd: float | None, n: int) -> float:
+    """The power a pair reads from `n` in-batch readings of this mean and sd (None: one
+    reading): the mean from MEAN_READINGS on, else the mean plus its standard error."""
+    if n <= 0 or n >= MEAN_READINGS:
+        return mean
+    return mean + max(sd or 0.0, SENSOR_SD_FLOOR * mean) / math.sqrt(n)
+
+
+def readings_mean(m: PairMeasurement) -> float:
+    """The plain mean of the readings behind `m.power_w` (few_readings_power undone)."""
+    n, p = m.power_n, m.power_w
+    if n <= 0 or n >= MEAN_READINGS or not math.isfinite(p):
+        return p
+    by_sd = p - (m.power_sd_w or 0.0) / math.sqrt(n)
+    if (m.power_sd_w or 0.0) >= SENSOR_SD_FLOOR * by_sd:
+        return by_sd
+    return p / (1.0 + SENSOR_SD_FLOOR / math.sqrt(n))
 
 
 @dataclass(frozen=True, order=True)
@@ -165,21 +189,27 @@ def readings_key(samples: Mapping[Pair, PairMeasurement]) -> ReadingsKey:
 
 def pooled(old: PairMeasurement | None, new: PairMeasurement) -> PairMeasurement:
     """One reading of a pair from two windows of it: power over all the readings (their
-    spread includes the windows' difference), batch times weighted by batches run."""
+    spread includes the windows' difference; the standard error a window of few readings
+    adds is taken off each and put back only if the pooled readings are still few), batch
+    times weighted by batches run."""
     if old is None or old.pair != new.pair:
         return new
     if not (math.isfinite(old.power_w) and math.isfinite(old.batch_ms)):
         return dataclasses.replace(new, windows=old.windows + new.windows)
     if not (math.isfinite(new.power_w) and math.isfinite(new.batch_ms)):
         return dataclasses.replace(old, windows=old.windows + new.windows)
-    n1, n2 = (old.power_n, new.power_n) if old.power_n and new.power_n else (1, 1)
+    counted = bool(old.power_n and new.power_n)
+    n1, n2 = (old.power_n, new.power_n) if counted else (1, 1)
     n = n1 + n2
-    power = (n1 * old.power_w + n2 * new.power_w) / n
-    sd = None
-    if old.power_sd_w is not None and new.power_sd_w is not None and n > 2:
-        within = (n1 - 1) * old.power_sd_w**2 + (n2 - 1) * new.power_sd_w**2
-        between = n1 * (old.power_w - power) ** 2 + n2 * (new.power_w - power) ** 2
+    m1, m2 = (readings_mean(old), readings_mean(new)) if counted else (old.power_w, new.power_w)
+    power = (n1 * m1 + n2 * m2) / n
+    sd, s1, s2 = None, old.power_sd_w, new.power_sd_w
+    if counted and (s1 is not None or n1 == 1) and (s2 is not None or n2 == 1):
+        within = (n1 - 1) * (s1 or 0.0) ** 2 + (n2 - 1) * (s2 or 0.0) ** 2
+        between = n1 * (m1 - power) ** 2 + n2 * (m2 - power) ** 2
         sd = math.sqrt((within + between) / (n - 1))
+    if counted:
+        power = few_readings_power(power, sd, n)
     w1, w2 = max(old.batches, 1), max(new.batches, 1)
 
     def mix(a: float, b: float) -> float:

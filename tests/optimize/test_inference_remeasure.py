@@ -21,7 +21,9 @@ from powerd.optimize.inference import (
     Pair,
     PairMeasurement,
     ServePair,
+    few_readings_power,
     pooled,
+    readings_mean,
     worth_remeasuring,
 )
 
@@ -60,6 +62,38 @@ def test_pooled_power_is_the_mean_over_all_readings_and_its_spread_includes_both
     # a window that measured nothing keeps the other's reading
     empty = PairMeasurement(pair(2, 1), math.nan, math.nan)
     assert pooled(a, empty).power_w == a.power_w and pooled(a, empty).windows == 2
+
+
+def window_of(readings: list[float]) -> PairMeasurement:
+    """A window's reading of pair(2, 1) from its in-batch power readings, as a window
+    reports it: few readings read their mean plus its standard error."""
+    r = np.array(readings)
+    sd = float(np.std(r, ddof=1)) if len(r) > 1 else None
+    return reading(pair(2, 1), few_readings_power(float(r.mean()), sd, len(r)), sd, len(r))
+
+
+@pytest.mark.parametrize(
+    "first, second",
+    [
+        ([20.1, 20.6, 20.4, 20.7], [20.5, 19.9, 20.6, 20.3]),  # 8 together: their mean
+        ([20.1, 20.6], [20.5, 19.9, 20.6]),  # 5 together: still few
+        ([20.0], [20.4]),  # single readings: no spread of their own
+        ([20.2] * 3, [20.2] * 3),  # no spread at all: the sensor's floor
+    ],
+)
+def test_pooled_windows_of_few_readings_read_what_their_readings_read_together(first, second):
+    # Each window's margin for its few readings comes off before pooling: two windows of 4
+    # readings are 8 readings, whose plain mean is the pair's power (kept, the margins of
+    # both windows would have read it high).
+    both = np.array(first + second)
+    m = pooled(window_of(first), window_of(second))
+    assert m.power_n == len(both)
+    assert m.power_sd_w == pytest.approx(float(np.std(both, ddof=1)), abs=1e-9)
+    expected = few_readings_power(float(both.mean()), float(np.std(both, ddof=1)), len(both))
+    assert m.power_w == pytest.approx(expected, abs=1e-9)
+    assert (m.power_w > both.mean()) == (len(both) < 8)
+    for w in (first, second):
+        assert readings_mean(window_of(w)) == pytest.approx(float(np.mean(w)), abs=1e-9)
 
 
 def test_only_a_reading_within_noise_of_the_budget_is_worth_another_window():
