@@ -16,7 +16,14 @@ from predictor_testlib import TRACES, mape
 from powerd.modes import PowerMode
 from powerd.predictor import physical
 from powerd.predictor.features import PHYSICAL_POWER, PHYSICAL_POWER_PER_STEP
-from powerd.predictor.transfer import FittedPredictor, RidgeOptions, Samples, fit_ridge
+from powerd.predictor.transfer import (
+    FittedPredictor,
+    RidgeOptions,
+    Samples,
+    blend_power_heads,
+    blend_weight,
+    fit_ridge,
+)
 from powerd.sim.trace import Trace
 
 PHYSICAL = replace(RidgeOptions(), power_model="physical")
@@ -163,15 +170,69 @@ def test_auto_keeps_the_head_that_extrapolates_better(reference, resnet_infer, n
     # per-step terms the power terms are the better of the two, and "auto" keeps them.
     low = np.flatnonzero(nano.power_w <= 12.0)[::3]
     s = Samples(nano.modes_array[low], nano.time_ms[low], nano.power_w[low])
+    # A blend ("auto" with power_blend) gives the worse head the smaller share, and
+    # predicts better than it.
     for terms, worse_head in ((CLOCK_TERMS_ONLY, "physical-power"), (PHYSICAL, "identity")):
         fits = {
-            "auto": fit_ridge(s, reference, replace(terms, power_model="auto")),
+            "auto": fit_ridge(s, reference, replace(terms, power_model="auto", power_blend=0)),
+            "blend": fit_ridge(s, reference, replace(terms, power_model="auto", power_blend=2)),
             "physical-power": fit_ridge(s, reference, terms),
             "identity": fit_ridge(s, reference, replace(terms, power_model="ridge")),
         }
         err = {k: mape(fp.predict(nano.modes_array)[1], nano.power_w) for k, fp in fits.items()}
         auto_head = fits["auto"].heads[1].ref_transform  # type: ignore[index]
         assert auto_head != worse_head and err[worse_head] > err[auto_head], (terms, err)
+        share = fits["blend"].stats.extra["power_blend"]
+        assert (share < 0.5) == (worse_head == "physical-power"), (terms, share)
+        assert err["blend"] < err[worse_head], (terms, err)
     # ResNet-18 inference's bunched samples: the reference's shape is the worse one there
-    fp = fit_ridge(bunched(resnet_infer), reference, replace(RidgeOptions(), power_model="auto"))
+    fp = fit_ridge(
+        bunched(resnet_infer), reference, replace(RidgeOptions(), power_model="auto", power_blend=0)
+    )
     assert fp.heads is not None and fp.heads[1].ref_transform == "physical-power"
+
+
+def test_blend_weights_follow_the_block_errors() -> None:
+    # inverse errors to the power: equal errors share alike; twice the error, a quarter
+    assert blend_weight([0.02, 0.02], 2.0) == pytest.approx(0.5)
+    assert blend_weight([0.02, 0.04], 2.0) == pytest.approx(0.2)
+    assert blend_weight([0.04, 0.02], 1.0) == pytest.approx(2 / 3)
+    # no blend: switched off, or a head that could not be scored
+    assert blend_weight([0.02, 0.04], 0.0) is None
+    assert blend_weight([0.02, float("inf")], 2.0) is None
+
+
+def test_a_blended_head_is_the_mix_of_its_two_heads(reference, resnet_infer) -> None:
+    s = bunched(resnet_infer)
+    ridge, phys = (
+        fit_ridge(s, reference, RIDGE).heads[1],
+        fit_ridge(s, reference, PHYSICAL).heads[1],
+    )
+    assert ridge.ref_transform == "identity" and phys.ref_transform == "physical-power"
+    e = reference.embed(resnet_infer.modes_array)
+    t = resnet_infer.time_ms  # any positive step times: the per-step terms divide by them
+    both = [h.apply(e.power_y, e.power_h, resnet_infer.modes_array, t) for h in (ridge, phys)]
+    for alpha in (0.0, 0.3, 1.0):
+        mixed = blend_power_heads(ridge, phys, alpha)
+        np.testing.assert_allclose(
+            mixed.apply(e.power_y, e.power_h, resnet_infer.modes_array, t),
+            (1 - alpha) * both[0] + alpha * both[1],
+            rtol=1e-9,
+        )
+    with pytest.raises(ValueError, match="blend"):
+        blend_power_heads(phys, ridge, 0.5)
+
+
+def test_a_blend_fit_is_the_same_in_the_graph_numpy_and_after_a_reload(
+    reference, resnet_infer, tmp_path
+) -> None:
+    modes = resnet_infer.modes_array
+    fp = fit_ridge(bunched(resnet_infer), reference, replace(RidgeOptions(), power_blend=2.0))
+    assert fp.stats.extra.get("power_form") == "blend"
+    assert 0.0 < fp.stats.extra["power_blend"] < 1.0
+    np.testing.assert_allclose(
+        fp.predict_with(reference, modes)[1], fp.predict(modes)[1], rtol=1e-4
+    )
+    back = FittedPredictor.load(fp.save(tmp_path / "fit"))
+    np.testing.assert_array_equal(back.predict(modes)[1], fp.predict(modes)[1])
+    assert back.stats.extra.get("power_form") == "blend"
