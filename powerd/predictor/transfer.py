@@ -954,8 +954,9 @@ def fit_heads(
         raise ValueError(f"unknown power model {opts.power_model!r}")
 
     def fit_power_head(sp: Samples):
-        """(power sample rows, their targets, the trimmed power fit) of samples `sp`."""
-        blend_alpha[0] = None
+        """(power sample rows, their targets, the trimmed power fit, the physical head's
+        share when it blends the two heads, else None) of samples `sp`."""
+        alpha: float | None = None
         rows = np.flatnonzero(sp.power_ok)
         target = np.log(sp.power_w[rows]) if opts.power_log else sp.power_w[rows]
 
@@ -1031,28 +1032,27 @@ def fit_heads(
             ]
             alpha = blend_weight(scores, opts.power_blend)
             if alpha is not None:
-                blend_alpha[0] = alpha
+                share = alpha
 
                 def fit(m: np.ndarray) -> tuple[Head, float | None, np.ndarray]:
                     r_head, r_lam, r_loo = fit_power(m)
                     p_head, _, p_loo = fit_physical_power(m)
                     return (
-                        blend_power_heads(r_head, p_head, alpha),
+                        blend_power_heads(r_head, p_head, share),
                         r_lam,
-                        (1.0 - alpha) * r_loo + alpha * p_loo,
+                        (1.0 - share) * r_loo + share * p_loo,
                     )
 
             elif scores[1] < scores[0]:
                 fit = fit_physical_power
-        return rows, target, _trimmed(fit, len(rows), p_floor, opts)
+        return rows, target, _trimmed(fit, len(rows), p_floor, opts), alpha
 
-    blend_alpha: list[float | None] = [None]  # the physical head's share when fit_power_head blends
-    pi, p_target, (power_head, lam_p, loo_p, keep_p) = fit_power_head(s)
+    pi, p_target, (power_head, lam_p, loo_p, keep_p), blend = fit_power_head(s)
     # Only the power head sees the floors (an aborted window has no time): refit it alone.
     lifted = with_power_floors(s, power_head.apply(e.power_y, e.power_h, s.modes, t_fit))
     if lifted is not s:
         s = lifted
-        pi, p_target, (power_head, lam_p, loo_p, keep_p) = fit_power_head(s)
+        pi, p_target, (power_head, lam_p, loo_p, keep_p), blend = fit_power_head(s)
     stats = FitStats(
         n_time=int(keep_t.sum()),
         n_power=int(keep_p.sum()),
@@ -1081,9 +1081,9 @@ def fit_heads(
         stats.power_reach = _reach(d_p)
     if time_head.bottleneck:
         stats.extra["time_form"] = "bottleneck"
-    if blend_alpha[0] is not None:
+    if blend is not None:
         stats.extra["power_form"] = "blend"
-        stats.extra["power_blend"] = round(blend_alpha[0], 4)
+        stats.extra["power_blend"] = round(blend, 4)
     elif power_head.ref_transform == "physical-power":
         stats.extra["power_form"] = "physical"
     floors = int(np.sum(np.isfinite(s.power_min_w) & s.power_ok))
