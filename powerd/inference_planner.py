@@ -62,6 +62,7 @@ from powerd.optimize.inference import (
     ServePair,
     few_readings_power,
     pooled,
+    readings_se,
     worst_latency_ms,
 )
 from powerd.optimize.interleave import JointJob, JointPlanner, JointTraining, MeasureSet, ServeSet
@@ -343,8 +344,7 @@ class PairWindow:
         m = self.measure(power, lag_s)
         if m.power_sd_w is None or m.power_n < CLEARLY_OVER_READINGS:
             return False
-        # a spread from few readings can read far below the sensor's ~1 % noise
-        se = max(m.power_sd_w, SENSOR_SD_FLOOR * m.power_w) / math.sqrt(m.power_n)
+        se = readings_se(m.power_w, m.power_sd_w, m.power_n)
         return over_and_timed(m.power_w, se, budget_w, [e - s for s, e in self.batches])
 
     def stopped_over(self, power_w: float) -> PairMeasurement:

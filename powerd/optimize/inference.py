@@ -108,12 +108,19 @@ MEAN_READINGS = 8
 SENSOR_SD_FLOOR = 0.005
 
 
+def readings_se(mean: float, sd: float | None, n: int) -> float:
+    """Standard error of the mean of `n` power readings, their sd (None: one reading) taken
+    as at least SENSOR_SD_FLOOR of the mean: a spread from few readings can read far below
+    the sensor's ~1 % noise."""
+    return max(sd or 0.0, SENSOR_SD_FLOOR * mean) / math.sqrt(n)
+
+
 def few_readings_power(mean: float, sd: float | None, n: int) -> float:
     """The power a pair reads from `n` in-batch readings of this mean and sd (None: one
     reading): the mean from MEAN_READINGS on, else the mean plus its standard error."""
     if n <= 0 or n >= MEAN_READINGS:
         return mean
-    return mean + max(sd or 0.0, SENSOR_SD_FLOOR * mean) / math.sqrt(n)
+    return mean + readings_se(mean, sd, n)
 
 
 def readings_mean(m: PairMeasurement) -> float:
