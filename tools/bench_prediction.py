@@ -17,11 +17,19 @@ and predict every mode of the trace (`powerctl predict` answers the same). Desig
   front     k modes, half on the reference's predicted Pareto front, half coverage.
   low       k modes by maximin coverage of the modes in the lowest third of the trace's
             power range (a low budget's view), predictions over every mode.
+  under     per budget of the trace's own power range, k modes by maximin coverage of the
+            modes whose true power is within it: the most a first budget's profile could
+            teach the model without measuring a mode over the budget (k = 50, the room of
+            a first budget, is more than `powertrain` spends). Predictions over every mode,
+            so the modes over the budget are extrapolated, as they are for a real job.
 Printed per (trace, design, k, time model), over seeds (grid/front: selection seeds;
 strategy: noise seeds) and budgets: time and power MAPE over every mode (mean; strategy also
 the median over its budgets), the share of true values inside the 90 % intervals
 (`time_ms_lo/hi`, `power_w_lo/hi`), the intervals' median relative width, and the mean
 number of profiled modes.
+
+Grid, front, low and under read the trace's values without noise. `--traces` takes file
+names, each optionally with a batch size (`orin_agx_resnet18_imagenet_infer.csv:4`).
 
 Hold-out discipline: the trace in powerd_replay.training.HELD_OUT (MobileNet v3 inference, at
 every batch size) is evaluated only with --held-out and printed apart; tune nothing on it.
@@ -113,6 +121,15 @@ def sample_sets(
             if s.time_ok.sum() >= 2 and s.power_ok.sum() >= 2:
                 out.append(s)
         return out
+    if design == "under":
+        out = []
+        for b in own_range_budgets(trace):
+            fits = np.flatnonzero(trace.power_w <= b)
+            if len(fits) < 2:
+                continue
+            idx = fits[select_modes("grid", modes[fits], min(k, len(fits)), seed=seed)]
+            out.append(Samples(modes[idx], trace.time_ms[idx], trace.power_w[idx]))
+        return out
     if design == "low":
         low = np.flatnonzero(trace.power_w <= np.quantile(trace.power_w, LOW_SHARE))
         idx = low[select_modes("grid", modes[low], min(k, len(low)), seed=seed)]
@@ -156,7 +173,11 @@ def main() -> int:
     )
     ap.add_argument("--held-out", action="store_true", help="also the held-out trace")
     ap.add_argument("--only-held-out", action="store_true", help=argparse.SUPPRESS)
-    ap.add_argument("--traces", help="comma-separated file names (default: the visible ones)")
+    ap.add_argument(
+        "--traces",
+        help="comma-separated file names, each optionally :batch_size (default: the visible "
+        "ones, inference at batch size 1)",
+    )
     ap.add_argument(
         "--ridge", action="append", default=[], help="RidgeOptions override, e.g. power_log=1"
     )
@@ -174,7 +195,12 @@ def main() -> int:
     ref = ReferenceModel.load()
     seeds = [int(x) for x in args.seeds.split(",")]
     ks = [int(x) for x in args.k.split(",")]
-    wanted = set(args.traces.split(",")) if args.traces else None
+    traces = list(TRACES)
+    if args.traces:
+        traces = []
+        for item in args.traces.split(","):
+            fname, _, bs = item.partition(":")
+            traces.append((fname, int(bs) if bs else dict(TRACES).get(fname)))
     hdr = (
         f"{'trace':36} {'sample':9} {'design':8} {'k':>4} {'time model':10} "
         f"{'tMAPE':>6} {'(med)':>6} {'pMAPE':>6} {'(med)':>6} {'tCov%':>6} {'pCov%':>6} "
@@ -186,9 +212,7 @@ def main() -> int:
     )
     print(hdr)
     print("-" * len(hdr))
-    for fname, bs in TRACES:
-        if wanted and fname not in wanted:
-            continue
+    for fname, bs in traces:
         trace = load_trace(TRACE_DIR / fname, bs)
         held = is_held_out(trace.name)
         if held and not (args.held_out or args.only_held_out):
@@ -209,7 +233,11 @@ def main() -> int:
                             transfer.INTERVAL_EXTRAPOLATION = tuple(g[2:4])
                         rows = [judge(fit_ridge(s, ref, opts), trace) for s in sets]
                         col = {key: [r[key] for r in rows] for key in rows[0]}
-                        kk = f"{np.mean(col['n']):.0f}" if design == "strategy" else str(k)
+                        kk = (
+                            f"{np.mean(col['n']):.0f}"
+                            if design in ("strategy", "under")
+                            else str(k)
+                        )
                         gg = " g=" + ":".join(f"{x:g}" for x in g) if len(growths) > 1 else ""
                         print(
                             f"{trace.name:36} {label:9} {design:8} {kk:>4} {tm + gg:10} "
