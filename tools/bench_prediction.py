@@ -200,6 +200,8 @@ def main() -> int:
         traces = []
         for item in args.traces.split(","):
             fname, _, bs = item.partition(":")
+            if bs and not bs.isdigit():
+                ap.error(f"--traces {item!r}: the batch size after ':' is a whole number")
             traces.append((fname, int(bs) if bs else dict(TRACES).get(fname)))
     hdr = (
         f"{'trace':36} {'sample':9} {'design':8} {'k':>4} {'time model':10} "
