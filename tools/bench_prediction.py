@@ -25,8 +25,9 @@ and predict every mode of the trace (`powerctl predict` answers the same). Desig
 Printed per (trace, design, k, time model), over seeds (grid/front: selection seeds;
 strategy: noise seeds) and budgets: time and power MAPE over every mode (mean; strategy also
 the median over its budgets), the share of true values inside the 90 % intervals
-(`time_ms_lo/hi`, `power_w_lo/hi`), the intervals' median relative width, and the mean
-number of profiled modes.
+(`time_ms_lo/hi`, `power_w_lo/hi`), the intervals' median relative width, the mean
+number of profiled modes, and for the designs with a budget (strategy, under) the power
+MAPE split at it: over the modes within the budget (pIn) and above it (pOver).
 
 Grid, front, low and under read the trace's values without noise. `--traces` takes file
 names, each optionally with a batch size (`orin_agx_resnet18_imagenet_infer.csv:4`).
@@ -75,12 +76,17 @@ TRACES = (
 LOW_SHARE = 0.35
 
 
-def judge(fp, trace: Trace) -> dict[str, float]:
+def judge(fp, trace: Trace, budget_w: float | None = None) -> dict[str, float]:
     t, t_lo, t_hi, p, p_lo, p_hi = fp.predict_interval(trace.modes_array)
     tt, tp = trace.time_ms, trace.power_w
+    p_err = np.abs(p - tp) / tp * 100
+    over = tp > budget_w if budget_w is not None else np.zeros(len(tp), dtype=bool)
     return {
         "t_mape": float(np.mean(np.abs(t - tt) / tt) * 100),
-        "p_mape": float(np.mean(np.abs(p - tp) / tp) * 100),
+        "p_mape": float(np.mean(p_err)),
+        # split at the budget the samples were taken under (NaN: no budget, or no mode there)
+        "p_within": float(np.mean(p_err[~over])) if budget_w is not None else np.nan,
+        "p_over": float(np.mean(p_err[over])) if over.any() else np.nan,
         # NaN: too few samples for an interval (counted apart, see "no interval")
         "t_cov": float(np.mean((tt >= t_lo) & (tt <= t_hi)) * 100)
         if np.isfinite(t_lo).all()
@@ -92,6 +98,12 @@ def judge(fp, trace: Trace) -> dict[str, float]:
         "p_width": float(np.median(p_hi / p_lo - 1) * 100),
         "n": float(len(fp.samples)),
     }
+
+
+def _mean_or_dash(values: list[float]) -> str:
+    """A column's mean over the sets that have it, or '-' (no set has a budget)."""
+    v = np.asarray(values, dtype=np.float64)
+    return f"{np.mean(v[np.isfinite(v)]):6.1f}" if np.isfinite(v).any() else f"{'-':>6}"
 
 
 def strategy_sets(trace: Trace, ref: ReferenceModel, opts: RidgeOptions, seed: int):
@@ -111,15 +123,16 @@ def strategy_sets(trace: Trace, ref: ReferenceModel, opts: RidgeOptions, seed: i
 
 def sample_sets(
     trace: Trace, ref: ReferenceModel, opts: RidgeOptions, design: str, k: int, seed: int
-) -> list[Samples]:
-    """The profiled samples of one design and seed (strategy: one set per budget)."""
+) -> list[tuple[float | None, Samples]]:
+    """(budget, profiled samples) of one design and seed: strategy and under, one set per
+    budget; the other designs, one set and no budget."""
     modes = trace.modes_array
     if design == "strategy":
         out = []
-        for _, samples in strategy_sets(trace, ref, opts, seed):
+        for b, samples in strategy_sets(trace, ref, opts, seed):
             s = Samples.coerce(samples)
             if s.time_ok.sum() >= 2 and s.power_ok.sum() >= 2:
-                out.append(s)
+                out.append((b, s))
         return out
     if design == "under":
         out = []
@@ -128,15 +141,15 @@ def sample_sets(
             if len(fits) < 2:
                 continue
             idx = fits[select_modes("grid", modes[fits], min(k, len(fits)), seed=seed)]
-            out.append(Samples(modes[idx], trace.time_ms[idx], trace.power_w[idx]))
+            out.append((b, Samples(modes[idx], trace.time_ms[idx], trace.power_w[idx])))
         return out
     if design == "low":
         low = np.flatnonzero(trace.power_w <= np.quantile(trace.power_w, LOW_SHARE))
         idx = low[select_modes("grid", modes[low], min(k, len(low)), seed=seed)]
-        return [Samples(modes[idx], trace.time_ms[idx], trace.power_w[idx])]
+        return [(None, Samples(modes[idx], trace.time_ms[idx], trace.power_w[idx]))]
     pred = ref.predict(modes)
     idx = select_modes(design, modes, k, predicted=pred, seed=seed)
-    return [Samples(modes[idx], trace.time_ms[idx], trace.power_w[idx])]
+    return [(None, Samples(modes[idx], trace.time_ms[idx], trace.power_w[idx]))]
 
 
 def fit_seconds(ref: ReferenceModel, trace: Trace, opts: RidgeOptions, k: int = 50) -> str:
@@ -206,7 +219,7 @@ def main() -> int:
     hdr = (
         f"{'trace':36} {'sample':9} {'design':8} {'k':>4} {'time model':10} "
         f"{'tMAPE':>6} {'(med)':>6} {'pMAPE':>6} {'(med)':>6} {'tCov%':>6} {'pCov%':>6} "
-        f"{'tWid%':>6} {'pWid%':>6}"
+        f"{'tWid%':>6} {'pWid%':>6} {'pIn':>6} {'pOver':>6}"
     )
     print(
         f"reference {ref.model_id}; nominal interval coverage {transfer.INTERVAL_COVERAGE:.0%}"
@@ -233,7 +246,7 @@ def main() -> int:
                         transfer.INTERVAL_GROWTH, transfer.INTERVAL_GROWTH_POWER = g[:2]
                         if len(g) > 2:
                             transfer.INTERVAL_EXTRAPOLATION = tuple(g[2:4])
-                        rows = [judge(fit_ridge(s, ref, opts), trace) for s in sets]
+                        rows = [judge(fit_ridge(s, ref, opts), trace, b) for b, s in sets]
                         col = {key: [r[key] for r in rows] for key in rows[0]}
                         kk = (
                             f"{np.mean(col['n']):.0f}"
@@ -246,7 +259,8 @@ def main() -> int:
                             f"{np.mean(col['t_mape']):6.1f} {np.median(col['t_mape']):6.1f} "
                             f"{np.mean(col['p_mape']):6.1f} {np.median(col['p_mape']):6.1f} "
                             f"{np.nanmean(col['t_cov']):6.0f} {np.nanmean(col['p_cov']):6.0f} "
-                            f"{np.nanmean(col['t_width']):6.0f} {np.nanmean(col['p_width']):6.0f}",
+                            f"{np.nanmean(col['t_width']):6.0f} {np.nanmean(col['p_width']):6.0f} "
+                            f"{_mean_or_dash(col['p_within'])} {_mean_or_dash(col['p_over'])}",
                             flush=True,
                         )
             print(

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import bench_prediction
 import numpy as np
+import pytest
 
-from powerd.predictor.transfer import RidgeOptions
+from powerd.predictor.transfer import RidgeOptions, fit_ridge
 from powerd.sim.trace import Trace
 from powerd_replay.training import own_range_budgets
 
@@ -13,13 +14,28 @@ from powerd_replay.training import own_range_budgets
 def test_under_sets_hold_only_modes_within_their_budget(nano: Trace, reference) -> None:
     k = 12
     sets = bench_prediction.sample_sets(nano, reference, RidgeOptions(), "under", k, seed=0)
-    budgets = own_range_budgets(nano)
-    assert len(sets) == len(budgets)  # every own-range budget admits at least two modes
+    # every own-range budget admits at least two modes: one set each, named by its budget
+    assert [b for b, _ in sets] == list(own_range_budgets(nano))
     power = {tuple(m): p for m, p in zip(nano.modes_array.tolist(), nano.power_w, strict=True)}
-    for budget, s in zip(budgets, sets, strict=True):
+    for budget, s in sets:
         within = int(np.sum(nano.power_w <= budget))
         assert len(s) == min(k, within)
         assert len({tuple(m) for m in s.modes.tolist()}) == len(s)
         assert max(power[tuple(m)] for m in s.modes.tolist()) <= budget
-    # the lowest budget admits fewer than k modes, the highest every mode's worth of k
-    assert len(sets[0]) < k <= len(sets[-1])
+    # the lowest budget admits fewer than k modes, the highest at least k
+    assert len(sets[0][1]) < k <= len(sets[-1][1])
+
+
+def test_power_error_splits_at_the_budget(nano: Trace, reference) -> None:
+    budget, s = bench_prediction.sample_sets(nano, reference, RidgeOptions(), "under", 20, 0)[3]
+    fp = fit_ridge(s, reference)
+    err = np.abs(fp.predict(nano.modes_array)[1] - nano.power_w) / nano.power_w * 100
+    over = nano.power_w > budget
+    row = bench_prediction.judge(fp, nano, budget)
+    assert row["p_within"] == pytest.approx(float(np.mean(err[~over])))
+    assert row["p_over"] == pytest.approx(float(np.mean(err[over])))
+    # the two sides weighted by their modes are the MAPE over every mode
+    whole = (row["p_within"] * (~over).sum() + row["p_over"] * over.sum()) / len(err)
+    assert whole == pytest.approx(row["p_mape"])
+    no_budget = bench_prediction.judge(fp, nano)
+    assert np.isnan(no_budget["p_within"]) and np.isnan(no_budget["p_over"])
