@@ -641,7 +641,7 @@ class ControlLoop:
         interval = getattr(w.predictor, "predict_interval", None)  # fitted predictors only
         if interval is not None:
             try:
-                _, t_lo, t_hi, _, p_lo, p_hi = interval(modes)
+                _, t_lo, t_hi, _, p_lo, p_hi = interval(modes, overall=True)
                 bounds = (t_lo, t_hi, p_lo, p_hi)
             except Exception as exc:  # noqa: BLE001 - the predictions stand without bounds
                 log.warning("no prediction intervals for %s: %s", req.workload, exc)
@@ -741,7 +741,9 @@ class ControlLoop:
                 f"(workloads with samples: {known}); {hint}",
             )
         modes = self.device.space.as_array()
-        t, pw = predictor.predict(modes)
+        # what users read: a fit's overall power head where it has one (decisions use the
+        # other, see RidgeOptions.overall_blend)
+        t, pw = getattr(predictor, "predict_overall", predictor.predict)(modes)
         return modes, t, pw, w
 
     # ---- workloads --------------------------------------------------------------------------

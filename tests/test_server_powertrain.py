@@ -134,6 +134,21 @@ def test_predict_json_covers_the_mode_space(tuned_board, nano_trace):
     assert abs(np.median(ratio) / TS - 1) < 0.25
 
 
+def test_predict_shows_the_overall_power_head(tuned_board):
+    """`powerctl predict` answers with the fit's overall power head (the blend that holds
+    further from the samples), not the head the strategy decides by."""
+    from powerd.predictor.transfer import FittedPredictor
+
+    stored = next(tuned_board.state_dir.glob("workloads/*/resnet/model"))
+    fp = FittedPredictor.load(stored)
+    assert fp.has_overall
+    rows = json.loads(powerctl(tuned_board, "predict", "--workload", "resnet", "--json").stdout)
+    modes = np.array([_mode(r).as_tuple() for r in rows])
+    shown = np.array([r["power_w"] for r in rows])
+    np.testing.assert_allclose(shown, fp.predict_overall(modes)[1], rtol=1e-6)
+    assert np.max(np.abs(shown - fp.predict(modes)[1])) > 0.01
+
+
 def test_pareto_json_and_plot(tuned_board, tmp_path):
     res = powerctl(tuned_board, "pareto", "--workload", "resnet", "--json")
     assert res.returncode == 0, res.stderr

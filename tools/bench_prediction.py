@@ -77,7 +77,8 @@ LOW_SHARE = 0.35
 
 
 def judge(fp, trace: Trace, budget_w: float | None = None) -> dict[str, float]:
-    t, t_lo, t_hi, p, p_lo, p_hi = fp.predict_interval(trace.modes_array)
+    # what `powerctl predict` answers: the overall power head where the fit has one
+    t, t_lo, t_hi, p, p_lo, p_hi = fp.predict_interval(trace.modes_array, overall=True)
     tt, tp = trace.time_ms, trace.power_w
     p_err = np.abs(p - tp) / tp * 100
     over = tp > budget_w if budget_w is not None else np.zeros(len(tp), dtype=bool)

@@ -168,7 +168,7 @@ def loop_decide(
         sel = [int(i) for i in profiled]
         for _ in range(max_measure):
             ix = np.asarray(sel, dtype=np.int64)
-            th, ph, _, _ = fit_heads(_rows(e, ix), Samples(modes[ix], tt[ix], tp[ix]), meta, opts)
+            th, ph, *_ = fit_heads(_rows(e, ix), Samples(modes[ix], tt[ix], tp[ix]), meta, opts)
             pt, pp = th.apply(e.time_y, e.time_h, modes), ph.apply(e.power_y, e.power_h)
             excl = ix[tp[ix] > b]
             i = fastest_under(pt, pp, b, exclude=excl)
@@ -199,7 +199,7 @@ def fit_predict(
     if variant in RIDGE_VARIANTS:
         # Same heads as fit_ridge() exports to ONNX (tests check they agree), applied to the
         # embedding of every mode computed once per trace.
-        th, ph, _, _ = fit_heads(_rows(e_all, idx), s, ref.meta, RIDGE_VARIANTS[variant])
+        th, ph, *_ = fit_heads(_rows(e_all, idx), s, ref.meta, RIDGE_VARIANTS[variant])
         pt = th.apply(e_all.time_y, e_all.time_h, modes)
         return pt, ph.apply(e_all.power_y, e_all.power_h)
     if variant in TORCH_VARIANTS:
@@ -208,7 +208,7 @@ def fit_predict(
         # may import torch, and spawning an interpreter per fit would dominate the run time.
         from powerd.predictor.finetune_worker import finetune
 
-        _, _, st, _ = fit_heads(_rows(e_all, idx), s, ref.meta, RidgeOptions())
+        _, _, st, *_ = fit_heads(_rows(e_all, idx), s, ref.meta, RidgeOptions())
         t, p = s.time_ms.copy(), s.power_w.copy()
         t[st.time_outliers] = np.nan
         p[st.power_outliers] = np.nan

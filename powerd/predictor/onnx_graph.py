@@ -25,6 +25,8 @@ from powerd.predictor.physical import REF_UNIT_MS, bottleneck_time, per_step
 OPSET = 17
 IR_VERSION = 8
 MODES_INPUT = "modes"
+# A fitted graph's second power output, when it has one (fitted_model).
+POWER_OVERALL_OUTPUT = "power_overall_w"
 # Clamp for a reference power prediction before a log head; a power model that extrapolates
 # below this on some exotic mode must not turn into NaN.
 LOG_FLOOR = 1e-3
@@ -467,8 +469,11 @@ def fitted_model(
     time_head: Head,
     power_head: Head,
     meta: dict[str, str],
+    overall_power_head: Head | None = None,
 ) -> onnx.ModelProto:
-    """A workload's fitted predictor: modes -> ``time_ms`` (N,), ``power_w`` (N,)."""
+    """A workload's fitted predictor: modes -> ``time_ms`` (N,), ``power_w`` (N,) and, with
+    `overall_power_head`, ``power_overall_w`` (N,): the power users are shown, the other
+    the one decisions use (see RidgeOptions.overall_blend)."""
     nodes: list = []
     inits: list = []
     feats = {}
@@ -481,23 +486,31 @@ def fitted_model(
             inits += fi
             feats[k] = f
     base = None
-    if time_head.needs_modes or power_head.needs_modes:
+    power_heads = [(power_head, "power_w", "p_head_")]
+    if overall_power_head is not None:
+        power_heads.append((overall_power_head, POWER_OVERALL_OUTPUT, "po_head_"))
+    if any(hd.needs_modes for hd in (time_head, *(ph for ph, _, _ in power_heads))):
         base = "hb_base"
         inits.append(numpy_helper.from_array(_f32(UNIT_SCALE), "hb_unit"))
         nodes.append(helper.make_node("Cast", [MODES_INPUT], ["hb_mf"], to=TensorProto.FLOAT))
         nodes.append(helper.make_node("Mul", ["hb_mf", "hb_unit"], [base]))
-    for key, mlp, head, out in (
-        ("t_", time_mlp, time_head, "time_ms"),
-        ("p_", power_mlp, power_head, "power_w"),
+    for key, mlp, heads in (
+        ("t_", time_mlp, [(time_head, "time_ms", "t_head_")]),
+        ("p_", power_mlp, power_heads),
     ):
         mn, mi, y, h = mlp.nodes(key, feats[mlp.exps.tobytes()])
-        # the time head's output is built first: a per-step power head divides by it
-        hn, hi = head.nodes(key + "head_", y, h, out, base, time="time_ms")
-        nodes += mn + hn
-        inits += mi + hi
+        nodes += mn
+        inits += mi
+        for head, out, prefix in heads:
+            # the time head's output is built first: a per-step power head divides by it
+            hn, hi = head.nodes(prefix, y, h, out, base, time="time_ms")
+            nodes += hn
+            inits += hi
     outputs = [
-        helper.make_tensor_value_info("time_ms", TensorProto.FLOAT, ["N"]),
-        helper.make_tensor_value_info("power_w", TensorProto.FLOAT, ["N"]),
+        helper.make_tensor_value_info(out, TensorProto.FLOAT, ["N"])
+        for out in ("time_ms", *(out for _, out, _ in power_heads))
     ]
-    doc = "powerd fitted predictor: modes (cores, cpu_khz, gpu_hz, emc_hz) -> time_ms, power_w"
+    doc = "powerd fitted predictor: modes (cores, cpu_khz, gpu_hz, emc_hz) -> " + ", ".join(
+        o.name for o in outputs
+    )
     return _model(nodes, inits, outputs, doc, meta)

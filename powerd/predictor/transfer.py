@@ -65,7 +65,7 @@ from powerd.predictor.features import (
     base_quantities,
     validate_modes,
 )
-from powerd.predictor.onnx_graph import MODES_INPUT, Head, fitted_model
+from powerd.predictor.onnx_graph import MODES_INPUT, POWER_OVERALL_OUTPUT, Head, fitted_model
 from powerd.predictor.reference import Embedding, ReferenceModel, make_session
 
 METHODS = ("ridge", "torch-finetune")
@@ -251,6 +251,13 @@ class RidgeOptions:
     # penalty, new workload per budget 5.3 -> 5.7 %, mixed order 3.9 -> 4.9 %): the gain
     # is far from the samples, the picks are near them (docs/experiments.md, session 38).
     power_blend: float = 0.0
+    # The power head of the predictions users read (`powerctl predict`/`pareto`; the
+    # exported graph's power_overall_w): with power_model "auto", a blend of the two heads
+    # as power_blend makes it, at this power (0: the decision head). The decisions keep
+    # the better head, sharper near the samples where the picks are; over every mode,
+    # far from a budget's samples, the blend is closer (power MAPE over every mode of the
+    # default code's own sets, seeds 0-1, docs/experiments.md session 40).
+    overall_blend: float = 2.0
     min_power_block: int = 8  # fewer samples left after taking a block out: not scored
     # Fewer power samples than this, or (physical_power_varied 1) samples that left a knob
     # at one level: the ridge head whatever power_model says. The clock-level check can
@@ -289,6 +296,8 @@ class FitStats:
     time_halfwidth: float | None = None
     power_halfwidth_w: float | None = None
     power_halfwidth_rel: float | None = None
+    # the same for the overall power head, when the fit has one (RidgeOptions.overall_blend)
+    power_overall_halfwidth_rel: float | None = None
     interval_growth: float | None = None
     interval_growth_power: float | None = None  # None: interval_growth
     interval_extrapolation: tuple[float, float] = (0.0, 0.0)  # (time, power)
@@ -511,6 +520,10 @@ def _ridge_solve(
     return lam, w, lev, coefs
 
 
+# The saved heads of a ridge fit, in order (the third only when it has an overall head).
+HEAD_NAMES = ("time", "power", "power_overall")
+
+
 class FittedPredictor(Predictor):
     """A workload's fitted predictor, backed by its own ONNX model (modes -> time, power).
 
@@ -524,9 +537,10 @@ class FittedPredictor(Predictor):
         stats: FitStats,
         samples: Samples,
         reference_id: str = "",
-        heads: tuple[Head, Head] | None = None,
+        heads: tuple[Head, ...] | None = None,
         threads: int = 1,
     ):
+        """`heads`: (time, power) or (time, power, overall power) of a ridge fit, else None."""
         if method not in METHODS:
             raise ValueError(f"unknown method {method!r}; expected one of {METHODS}")
         self.onnx_bytes = onnx_bytes
@@ -536,26 +550,38 @@ class FittedPredictor(Predictor):
         self.reference_id = reference_id
         self.heads = heads
         self._session = make_session(onnx_bytes, threads)
+        outputs = {o.name for o in self._session.get_outputs()}
+        self.has_overall = POWER_OVERALL_OUTPUT in outputs
 
     def predict(self, modes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The predictions the strategies decide by."""
+        return self._run(modes, "power_w")
+
+    def predict_overall(self, modes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The predictions users are shown (`powerctl predict`/`pareto`): the power of the
+        overall head where the fit has one (RidgeOptions.overall_blend), else predict()'s."""
+        return self._run(modes, POWER_OVERALL_OUTPUT if self.has_overall else "power_w")
+
+    def _run(self, modes: np.ndarray, power_output: str) -> tuple[np.ndarray, np.ndarray]:
         m = validate_modes(modes)
         if len(m) == 0:
             return np.zeros(0), np.zeros(0)
-        t, p = self._session.run(["time_ms", "power_w"], {MODES_INPUT: m})
+        t, p = self._session.run(["time_ms", power_output], {MODES_INPUT: m})
         return t.astype(np.float64), p.astype(np.float64)
 
     def predict_interval(
-        self, modes: np.ndarray
+        self, modes: np.ndarray, overall: bool = False
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """(time_ms, time_lo, time_hi, power_w, power_lo, power_hi): the prediction and an
         interval meant to hold the true value for INTERVAL_COVERAGE of the modes: conformal
         on the fit's leave-one-out residuals, each mode's half-width growing with its
         distance to the nearest fitted sample (see INTERVAL_GROWTH). With too few samples to
-        say, the bounds are NaN."""
-        t, p = self.predict(modes)
+        say, the bounds are NaN. `overall`: predict_overall()'s power and its interval."""
+        overall = overall and self.has_overall
+        t, p = self.predict_overall(modes) if overall else self.predict(modes)
         st = self.stats
         if st.interval_growth is not None:
-            return (t, *self._bounds(modes, t, p))
+            return (t, *self._bounds(modes, t, p, overall))
         ht, hp = st.time_halfwidth, st.power_halfwidth_w
         if ht is None:
             t_lo = t_hi = np.full_like(t, np.nan)
@@ -568,10 +594,13 @@ class FittedPredictor(Predictor):
         return t, t_lo, t_hi, p, p_lo, p_hi
 
     def _bounds(
-        self, modes: np.ndarray, t: np.ndarray, p: np.ndarray
+        self, modes: np.ndarray, t: np.ndarray, p: np.ndarray, overall: bool = False
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """(time_lo, time_hi, power_w, power_lo, power_hi) of a distance-scaled interval."""
         st, s = self.stats, self.samples
+        p_half = st.power_halfwidth_rel
+        if overall and st.power_overall_halfwidth_rel is not None:
+            p_half = st.power_overall_halfwidth_rel
         g_t = float(st.interval_growth or 0.0)
         g_p = g_t if st.interval_growth_power is None else float(st.interval_growth_power)
         q = log_coords(validate_modes(modes)) if len(t) else np.zeros((0, 4))
@@ -589,7 +618,7 @@ class FittedPredictor(Predictor):
                 st.time_reach,
             ),
             (
-                st.power_halfwidth_rel,
+                p_half,
                 s.power_ok,
                 st.power_outliers,
                 p,
@@ -615,15 +644,16 @@ class FittedPredictor(Predictor):
         return out[0], out[1], p, out[2], out[3]
 
     def predict_with(
-        self, reference: ReferenceModel, modes: np.ndarray
+        self, reference: ReferenceModel, modes: np.ndarray, overall: bool = False
     ) -> tuple[np.ndarray, np.ndarray]:
         """The same prediction computed in numpy from `reference`'s outputs and the heads
-        (ridge fits only): a cross-check of the exported graph."""
+        (ridge fits only): a cross-check of the exported graph. `overall`: as
+        predict_overall()."""
         if self.heads is None:
             raise ValueError(f"a {self.method} fit has no numpy heads")
         m = validate_modes(modes)
         e = reference.embed(m)
-        th, ph = self.heads
+        th, ph = self.heads[0], self.heads[2 if overall and len(self.heads) > 2 else 1]
         t = th.apply(e.time_y, e.time_h, m)
         return t, ph.apply(e.power_y, e.power_h, m, t)
 
@@ -641,7 +671,7 @@ class FittedPredictor(Predictor):
         heads_meta = None
         if self.heads is not None:
             heads_meta = []
-            for name, hd in zip(("time", "power"), self.heads, strict=True):
+            for name, hd in zip(HEAD_NAMES, self.heads, strict=False):
                 arrays[f"head_{name}_w"] = np.asarray(hd.w, dtype=np.float64)
                 hm = {
                     "intercept": hd.intercept,
@@ -696,7 +726,7 @@ class FittedPredictor(Predictor):
                     phys_per_step=arrays.get(f"head_{name}_phys_per_step", np.zeros(0)),
                     **hm,
                 )
-                for name, hm in zip(("time", "power"), meta["heads"], strict=True)
+                for name, hm in zip(HEAD_NAMES, meta["heads"], strict=False)
             )
         samples = Samples(arrays["modes"], arrays["time_ms"], arrays["power_w"])
         return cls(
@@ -838,12 +868,13 @@ def fit_heads(
     s: Samples,
     reference_meta: dict[str, Any],
     options: RidgeOptions | None = None,
-) -> tuple[Head, Head, FitStats, Samples]:
+) -> tuple[Head, Head, FitStats, Samples, Head | None]:
     """The ridge refit proper, on the reference's outputs `e` for the sample modes (rows of
     `e` match `s`). Separate from :func:`fit_ridge` so that an evaluation that refits many
-    times over one mode space can embed every mode once. Returns the heads, their stats
-    and the samples the power head was fitted to (`s` with the power floors it broke
-    taken as measured, see :func:`with_power_floors`)."""
+    times over one mode space can embed every mode once. Returns the heads, their stats,
+    the samples the power head was fitted to (`s` with the power floors it broke taken as
+    measured, see :func:`with_power_floors`) and the overall power head (None: the power
+    head serves both; see RidgeOptions.overall_blend)."""
     opts = options or RidgeOptions()
     scaler = reference_meta["models"]
     ti = np.flatnonzero(s.time_ok)
@@ -955,8 +986,10 @@ def fit_heads(
 
     def fit_power_head(sp: Samples):
         """(power sample rows, their targets, the trimmed power fit, the physical head's
-        share when it blends the two heads, else None) of samples `sp`."""
+        share when it blends the two heads, else None, and the overall head: (its
+        physical share, its trimmed fit) or None) of samples `sp`."""
         alpha: float | None = None
+        overall = None
         rows = np.flatnonzero(sp.power_ok)
         target = np.log(sp.power_w[rows]) if opts.power_log else sp.power_w[rows]
 
@@ -1030,10 +1063,8 @@ def fit_heads(
                 _block_error(f, at, sp.modes[rows], target, opts.min_power_block)
                 for f in (fit_power, fit_physical_power)
             ]
-            alpha = blend_weight(scores, opts.power_blend)
-            if alpha is not None:
-                share = alpha
 
+            def blended(share: float) -> Any:
                 def fit(m: np.ndarray) -> tuple[Head, float | None, np.ndarray]:
                     r_head, r_lam, r_loo = fit_power(m)
                     p_head, _, p_loo = fit_physical_power(m)
@@ -1043,16 +1074,24 @@ def fit_heads(
                         (1.0 - share) * r_loo + share * p_loo,
                     )
 
+                return fit
+
+            alpha = blend_weight(scores, opts.power_blend)
+            if alpha is not None:
+                fit = blended(alpha)
             elif scores[1] < scores[0]:
                 fit = fit_physical_power
-        return rows, target, _trimmed(fit, len(rows), p_floor, opts), alpha
+            share = blend_weight(scores, opts.overall_blend)
+            if alpha is None and share is not None:
+                overall = (share, _trimmed(blended(share), len(rows), p_floor, opts))
+        return rows, target, _trimmed(fit, len(rows), p_floor, opts), alpha, overall
 
-    pi, p_target, (power_head, lam_p, loo_p, keep_p), blend = fit_power_head(s)
+    pi, p_target, (power_head, lam_p, loo_p, keep_p), blend, overall = fit_power_head(s)
     # Only the power head sees the floors (an aborted window has no time): refit it alone.
     lifted = with_power_floors(s, power_head.apply(e.power_y, e.power_h, s.modes, t_fit))
     if lifted is not s:
         s = lifted
-        pi, p_target, (power_head, lam_p, loo_p, keep_p), blend = fit_power_head(s)
+        pi, p_target, (power_head, lam_p, loo_p, keep_p), blend, overall = fit_power_head(s)
     stats = FitStats(
         n_time=int(keep_t.sum()),
         n_power=int(keep_p.sum()),
@@ -1079,6 +1118,16 @@ def fit_heads(
         d_p = loo_distances(log_coords(s.modes[pi[keep_p]]))
         stats.power_halfwidth_rel = conformal_halfwidth(np.log(true_p / np.maximum(pred, 1e-3)))
         stats.power_reach = _reach(d_p)
+    overall_head = None
+    if overall is not None:
+        share, (overall_head, _, loo_o, keep_o) = overall
+        if len(loo_o):
+            pred_o = p_target[keep_o] - loo_o
+            true_o = s.power_w[pi[keep_o]]
+            stats.power_overall_halfwidth_rel = conformal_halfwidth(
+                np.log(true_o / np.maximum(pred_o, 1e-3))
+            )
+        stats.extra["power_overall_blend"] = round(share, 4)
     if time_head.bottleneck:
         stats.extra["time_form"] = "bottleneck"
     if blend is not None:
@@ -1089,7 +1138,7 @@ def fit_heads(
     floors = int(np.sum(np.isfinite(s.power_min_w) & s.power_ok))
     if floors:
         stats.extra["power_floors"] = floors
-    return time_head, power_head, stats, s
+    return time_head, power_head, stats, s, overall_head
 
 
 def with_power_floors(s: Samples, predicted_w: np.ndarray) -> Samples:
@@ -1117,16 +1166,14 @@ def fit_ridge(
     s = Samples.coerce(samples)
     if len(s) == 0:
         raise ValueError("cannot fit a predictor without samples")
-    time_head, power_head, stats, s = fit_heads(
+    time_head, power_head, stats, s, overall = fit_heads(
         reference.embed(s.modes), s, reference.meta, options
     )
     tm, pm = reference.mlps()
-    model = fitted_model(
-        tm, pm, time_head, power_head, {"method": "ridge", "reference": reference.model_id}
-    )
-    fp = FittedPredictor(
-        model.SerializeToString(), "ridge", stats, s, reference.model_id, (time_head, power_head)
-    )
+    meta = {"method": "ridge", "reference": reference.model_id}
+    model = fitted_model(tm, pm, time_head, power_head, meta, overall)
+    heads = (time_head, power_head) + (() if overall is None else (overall,))
+    fp = FittedPredictor(model.SerializeToString(), "ridge", stats, s, reference.model_id, heads)
     _in_sample(fp, s)
     stats.seconds = time.perf_counter() - t0
     return fp

@@ -78,13 +78,43 @@ def test_exported_onnx_equals_numpy_heads(reference, mobilenet) -> None:
     t_np, p_np = fp.predict_with(reference, mobilenet.modes_array)
     np.testing.assert_allclose(t_onnx, t_np, rtol=1e-5)
     np.testing.assert_allclose(p_onnx, p_np, rtol=1e-5)
+    # the overall power head (what users are shown) has its numpy twin too
+    assert fp.has_overall
+    t_all, p_all = fp.predict_overall(mobilenet.modes_array)
+    np.testing.assert_array_equal(t_all, t_onnx)
+    np.testing.assert_allclose(
+        p_all, fp.predict_with(reference, mobilenet.modes_array, overall=True)[1], rtol=1e-5
+    )
     model = onnx.load_from_string(fp.onnx_bytes)
     onnx.checker.check_model(model)
-    assert [o.name for o in model.graph.output] == ["time_ms", "power_w"]
+    assert [o.name for o in model.graph.output] == ["time_ms", "power_w", "power_overall_w"]
     # A fresh onnxruntime session on the bytes alone (what another process would load).
-    t2, p2 = make_session(fp.onnx_bytes).run(None, {"modes": mobilenet.modes_array[:50]})
+    t2, p2, _ = make_session(fp.onnx_bytes).run(None, {"modes": mobilenet.modes_array[:50]})
     np.testing.assert_allclose(t2, t_np[:50], rtol=1e-5)
     np.testing.assert_allclose(p2, p_np[:50], rtol=1e-5)
+
+
+def test_overall_power_head_leaves_decisions_alone(reference, nano) -> None:
+    """The overall head is a second output: the power the strategies decide by is the one
+    a fit without it has, and only the power users read moves."""
+    s = front_samples(nano, reference, 30)
+    with_overall = fit_ridge(s, reference)
+    without = fit_ridge(s, reference, RidgeOptions(overall_blend=0.0))
+    assert with_overall.has_overall and not without.has_overall
+    modes = nano.modes_array
+    for a, b in zip(with_overall.predict(modes), without.predict(modes), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-6)
+    # without an overall head, what users read is the decision head's power
+    np.testing.assert_array_equal(without.predict_overall(modes)[1], without.predict(modes)[1])
+    share = with_overall.stats.extra["power_overall_blend"]
+    assert 0.0 < share < 1.0
+    p_all = with_overall.predict_overall(modes)[1]
+    assert np.max(np.abs(p_all - without.predict(modes)[1])) > 0.01
+    # its intervals are its own and hold its prediction
+    _, _, _, p, lo, hi = with_overall.predict_interval(modes, overall=True)
+    np.testing.assert_array_equal(p, p_all)
+    assert np.all((lo <= p) & (p <= hi))
+    assert with_overall.stats.power_overall_halfwidth_rel is not None
 
 
 def test_save_load_round_trip(reference, nano, tmp_path: Path) -> None:
@@ -112,6 +142,16 @@ def test_save_load_round_trip(reference, nano, tmp_path: Path) -> None:
     np.testing.assert_array_equal(back.samples.power_w, fp.samples.power_w)
     assert back.heads is not None and fp.heads is not None
     np.testing.assert_array_equal(back.heads[0].w, fp.heads[0].w)
+    assert back.has_overall and len(back.heads) == len(fp.heads) == 3
+    np.testing.assert_array_equal(
+        back.predict_overall(nano.modes_array)[1], fp.predict_overall(nano.modes_array)[1]
+    )
+    np.testing.assert_allclose(
+        back.predict_with(reference, nano.modes_array[:20], overall=True)[1],
+        fp.predict_overall(nano.modes_array[:20])[1],
+        rtol=1e-5,
+    )
+    assert back.stats.power_overall_halfwidth_rel == fp.stats.power_overall_halfwidth_rel
     np.testing.assert_allclose(
         back.predict_with(reference, nano.modes_array[:20])[0],
         fp.predict(nano.modes_array[:20])[0],
