@@ -986,8 +986,8 @@ def fit_heads(
 
     def fit_power_head(sp: Samples):
         """(power sample rows, their targets, the trimmed power fit, the physical head's
-        share when it blends the two heads, else None, and the overall head: (its
-        physical share, its trimmed fit) or None) of samples `sp`."""
+        share when it blends the two heads, else None, and the overall head: a call
+        returning (its physical share, its trimmed fit), or None) of samples `sp`."""
         alpha: float | None = None
         overall = None
         rows = np.flatnonzero(sp.power_ok)
@@ -1083,7 +1083,12 @@ def fit_heads(
                 fit = fit_physical_power
             share = blend_weight(scores, opts.overall_blend)
             if alpha is None and share is not None:
-                overall = (share, _trimmed(blended(share), len(rows), p_floor, opts))
+                # fitted on demand: a refit after the power floors drops this one unused
+                def fit_overall() -> tuple[float, tuple]:
+                    return share, _trimmed(blended(share), len(rows), p_floor, opts)
+
+                overall = fit_overall
+
         return rows, target, _trimmed(fit, len(rows), p_floor, opts), alpha, overall
 
     pi, p_target, (power_head, lam_p, loo_p, keep_p), blend, overall = fit_power_head(s)
@@ -1109,24 +1114,27 @@ def fit_heads(
         d_t = loo_distances(log_coords(s.modes[ti[keep_t]]))
         stats.time_halfwidth = conformal_halfwidth(loo_t)
         stats.time_reach = _reach(d_t)
+
+    def loo_power(loo: np.ndarray, keep: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(leave-one-out predictions, measured powers) of a power fit's kept samples."""
+        pk = p_target[keep]
+        return (np.exp(pk - loo) if opts.power_log else pk - loo), s.power_w[pi[keep]]
+
+    def rel_halfwidth(pred: np.ndarray, true_p: np.ndarray) -> float | None:
+        return conformal_halfwidth(np.log(true_p / np.maximum(pred, 1e-3)))
+
     if len(loo_p):
-        pk = p_target[keep_p]
-        pred = np.exp(pk - loo_p) if opts.power_log else pk - loo_p
-        true_p = s.power_w[pi[keep_p]]
+        pred, true_p = loo_power(loo_p, keep_p)
         stats.power_loo_mape = _mape(pred, true_p)
         stats.power_halfwidth_w = conformal_halfwidth(true_p - pred)
         d_p = loo_distances(log_coords(s.modes[pi[keep_p]]))
-        stats.power_halfwidth_rel = conformal_halfwidth(np.log(true_p / np.maximum(pred, 1e-3)))
+        stats.power_halfwidth_rel = rel_halfwidth(pred, true_p)
         stats.power_reach = _reach(d_p)
     overall_head = None
     if overall is not None:
-        share, (overall_head, _, loo_o, keep_o) = overall
+        share, (overall_head, _, loo_o, keep_o) = overall()
         if len(loo_o):
-            pred_o = p_target[keep_o] - loo_o
-            true_o = s.power_w[pi[keep_o]]
-            stats.power_overall_halfwidth_rel = conformal_halfwidth(
-                np.log(true_o / np.maximum(pred_o, 1e-3))
-            )
+            stats.power_overall_halfwidth_rel = rel_halfwidth(*loo_power(loo_o, keep_o))
         stats.extra["power_overall_blend"] = round(share, 4)
     if time_head.bottleneck:
         stats.extra["time_form"] = "bottleneck"
