@@ -122,7 +122,8 @@ class ModeWindow:
         ):
             if not watts:
                 return None  # the sampler is behind; wait for a reading
-            return self._finish(statistics.fmean(watts), aborted=False)
+            se = statistics.stdev(watts) / math.sqrt(len(watts)) if len(watts) > 1 else None
+            return self._finish(statistics.fmean(watts), aborted=False, se_w=se)
         return None
 
     def _clearly_over(self, watts: Sequence[float]) -> bool:
@@ -160,10 +161,10 @@ class ModeWindow:
         limit = max(self.spec.min_pause_s, self.spec.pause_factor * typical)
         return now - last > limit
 
-    def _finish(self, power_w: float, aborted: bool) -> Measurement:
+    def _finish(self, power_w: float, aborted: bool, se_w: float | None = None) -> Measurement:
         self.state = "done"
         t = statistics.median(self._intervals) if self._intervals else math.nan
-        return Measurement(self.mode, t, power_w, len(self._intervals), aborted)
+        return Measurement(self.mode, t, power_w, len(self._intervals), aborted, se_w)
 
 
 def over_and_timed(

@@ -43,6 +43,7 @@ from powerd.optimize.base import (
     best_within,
     fits,
     least_power,
+    pooled_measurement,
 )
 from powerd.profiler import ModeWindow, PowerSamples, ProfilingCost, WindowSpec
 
@@ -113,6 +114,7 @@ class Tuner:
         self.hooks = hooks
         self.state = "deciding"
         self.window: ModeWindow | None = None
+        self._pool = False  # pool the window in flight with the mode's earlier one (Measure.pool)
         self.fit_future: Future | None = None
         self._fit_since = 0.0  # CLOCK_MONOTONIC when the fit in flight was submitted
         self._applied: PowerMode | None = None  # the mode last switched to
@@ -233,6 +235,7 @@ class Tuner:
             self.window = ModeWindow(
                 action.mode, self.spec, self.budget_w, time.monotonic(), w.kind == "training"
             )
+            self._pool = action.pool
             self.state = "measuring"
             return True
         if isinstance(action, Fit):
@@ -331,7 +334,8 @@ class Tuner:
         samples = self.hooks.power(self.window.t_switch, now)
         w.cost.account(samples, self.budget_w)
         w.cost.modes_measured += 1
-        w.samples[result.mode] = result
+        old = w.samples.get(result.mode)
+        w.samples[result.mode] = pooled_measurement(old, result) if self._pool else result
         log.info(
             "measured %s: %.1f ms/step, %.2f W%s",
             result.mode,
@@ -407,6 +411,7 @@ class Tuner:
         self.message = f"measuring a candidate mode after the commit ({self.refined} so far)"
         training = self.workload.kind == "training"
         self.window = ModeWindow(action.mode, self.spec, self.budget_w, time.monotonic(), training)
+        self._pool = action.pool
         self.state = "measuring"
         return True
 

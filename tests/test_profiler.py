@@ -234,3 +234,15 @@ def test_a_mode_over_the_budget_with_jittery_steps_is_timed_longer():
         m = win.poll(t, power)
     assert m is not None and m.power_w > 20
     assert m.steps > 2 * SPEC.min_steps
+
+
+def test_a_window_carries_its_readings_standard_error():
+    """The mean's standard error rides with the measurement (the search asks it whether a
+    reading just over the budget may be noise); steady power has none to speak of."""
+    win = ModeWindow(MODE, SPEC, budget_w=30, t_switch=0.0)
+    _, m = measure_until_done(win, 0.05, noisy_power(20.0, rel=0.01))
+    assert m is not None and m.power_se_w is not None
+    # 1 % readings every 0.1 s over a 2 s window: 0.2 W / sqrt(~20) each
+    assert 0.02 < m.power_se_w < 0.09
+    steady = drive(ModeWindow(MODE, SPEC, budget_w=30, t_switch=0.0), 0.25, 20, watts=15.0)
+    assert steady is not None and steady.power_se_w == 0.0

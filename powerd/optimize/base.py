@@ -27,13 +27,19 @@ class Measurement:
     power_w: float  # mean board power over the measuring window
     steps: int = 0
     aborted_over_budget: bool = False  # stopped early: power was clearly above the budget
+    # standard error of power_w over the window's readings (None: unknown, e.g. restored)
+    power_se_w: float | None = None
 
 
 @dataclass(frozen=True)
 class Measure:
-    """Profile this mode on the job's steps, then ask again."""
+    """Profile this mode on the job's steps, then ask again. With `pool`, the window is
+    pooled with the mode's earlier one (pooled_measurement: a second look at a reading
+    near the budget) instead of replacing it (a re-check of a reading that was selected
+    for being good keeps only the fresh one)."""
 
     mode: PowerMode
+    pool: bool = False
 
 
 @dataclass(frozen=True)
@@ -84,6 +90,38 @@ class Strategy(ABC):
         the strategy's model expects to meet `step_time_ms` at less power than `below_w`
         (and within `cap_w`), a Fit it needs first, or None. Default: no model to ask."""
         return None
+
+
+def pooled_measurement(old: Measurement | None, new: Measurement) -> Measurement:
+    """A mode measured again (Measure.pool): both windows' readings pooled (step-weighted
+    means) when both ran to the end, so a second look narrows the noise instead of trading
+    one draw for another; otherwise the new window alone (an abort, or one after it)."""
+    usable = (
+        old is not None
+        and not old.aborted_over_budget
+        and not new.aborted_over_budget
+        and math.isfinite(old.time_ms)
+        and math.isfinite(new.time_ms)
+        and math.isfinite(old.power_w)
+        and math.isfinite(new.power_w)
+        and old.steps > 0
+        and new.steps > 0
+    )
+    if not usable:
+        return new
+    assert old is not None
+    n = old.steps + new.steps
+    se = None
+    if old.power_se_w is not None and new.power_se_w is not None:
+        se = math.hypot(old.steps * old.power_se_w, new.steps * new.power_se_w) / n
+    return Measurement(
+        new.mode,
+        (old.time_ms * old.steps + new.time_ms * new.steps) / n,
+        (old.power_w * old.steps + new.power_w * new.steps) / n,
+        n,
+        False,
+        se,
+    )
 
 
 def fits(m: Measurement, budget_w: float) -> bool:

@@ -29,6 +29,7 @@ import numpy as np
 from powerd.device.modespace import ModeSpace
 from powerd.modes import FIELDS, PowerMode
 from powerd.optimize.base import Commit, Fit, Measure, Measurement, Predictor, Strategy, fits
+from powerd.optimize.base import pooled_measurement as pooled
 from powerd.sim.trace import Trace
 
 Fitter = Callable[[Mapping[PowerMode, Measurement]], Predictor]
@@ -385,7 +386,8 @@ def solve_budget(
             action = more
         if isinstance(action, Measure):
             m = measurer.measure(action.mode, budget_w)
-            samples[action.mode] = m
+            # as the daemon's tuner: a second look at a near miss (pool) pools the windows
+            samples[action.mode] = pooled(samples.get(action.mode), m) if action.pool else m
             stats["probes"] += 1
             stats["over"] += true_power(action.mode).power_w > budget_w
             stats["aborted"] += m.aborted_over_budget
