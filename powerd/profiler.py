@@ -122,8 +122,7 @@ class ModeWindow:
         ):
             if not watts:
                 return None  # the sampler is behind; wait for a reading
-            se = statistics.stdev(watts) / math.sqrt(len(watts)) if len(watts) > 1 else None
-            return self._finish(statistics.fmean(watts), aborted=False, se_w=se)
+            return self._finish(statistics.fmean(watts), aborted=False, se_w=mean_se(watts))
         return None
 
     def _clearly_over(self, watts: Sequence[float]) -> bool:
@@ -131,7 +130,7 @@ class ModeWindow:
         step time already known to OVER_TIME_SE?"""
         if len(watts) < max(2, self.spec.min_abort_samples):
             return False
-        se = statistics.stdev(watts) / math.sqrt(len(watts))
+        se = mean_se(watts) or 0.0  # (two readings at least: never None here)
         return over_and_timed(statistics.fmean(watts), se, self.budget_w, self._intervals)
 
     def _over_while_settling(self, now: float, power: PowerSamples) -> Measurement | None:
@@ -165,6 +164,12 @@ class ModeWindow:
         self.state = "done"
         t = statistics.median(self._intervals) if self._intervals else math.nan
         return Measurement(self.mode, t, power_w, len(self._intervals), aborted, se_w)
+
+
+def mean_se(watts: Sequence[float]) -> float | None:
+    """Standard error of the readings' mean (None: fewer than two readings): what decides
+    that a window is clearly over the budget, and rides with its measurement."""
+    return statistics.stdev(watts) / math.sqrt(len(watts)) if len(watts) > 1 else None
 
 
 def over_and_timed(
