@@ -401,7 +401,8 @@ class PowerTrain(Strategy):
         """A mode to measure while the job trains on the pinned one (see Strategy.refine):
         within this budget's own room (the first budget's max_modes, a change's
         change_modes) and the job's `room`; only modes the model puts within the budget
-        with margin, and only for an expected gain over the pinned mode."""
+        with margin, and only for an expected gain over the pinned mode. When none
+        promises one, a first budget rehearses lower budgets (`_rehearse`)."""
         if self._ref_pred is None or budget_w != self._budget:
             return None
         own = {k: v for k, v in samples.items() if k in self.index}
@@ -443,8 +444,10 @@ class PowerTrain(Strategy):
         if self._rehearsed >= c.rehearse_modes:
             return None
         _, p, _, _ = self._corrected(own)
-        lowest = float(np.nanmin(np.where(np.isfinite(p), p, np.nan)))
-        budgets = np.arange(budget_w - 1.0, lowest + 0.5, -1.0)
+        finite = p[np.isfinite(p)]
+        if finite.size == 0:
+            return None
+        budgets = np.arange(budget_w - 1.0, float(finite.min()) + 0.5, -1.0)
         order = spread_order(budgets)
         n = len(order)
         self._refining = True

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+import numpy as np
 import pytest
 
 from powerd.modes import FIELDS, PowerMode
@@ -116,3 +117,13 @@ def test_a_first_budget_at_the_bottom_of_the_range_has_nothing_to_rehearse(
     low = min(r.power_w for r in mobilenet.rows) + 0.5
     watch, _ = sweep(mobilenet, [low])
     assert not watch.rehearsed
+
+
+def test_no_finite_power_prediction_no_rehearsal(mobilenet: Trace, monkeypatch) -> None:
+    """A model that predicts no finite power anywhere rehearses nothing (and does not fail)."""
+    watch, _ = sweep(mobilenet, [HIGH], rehearse_modes=50)
+    strategy = watch.inner
+    n = len(strategy.mode_list)
+    nan = np.full(n, np.nan)
+    monkeypatch.setattr(strategy, "_corrected", lambda own: (nan, nan, nan, nan))
+    assert strategy._rehearse(HIGH, {}) is None
