@@ -103,6 +103,8 @@ from powerd.optimize.pareto import pareto_front
 log = logging.getLogger("powerd.optimize.powertrain")
 
 PredictorFactory = Callable[[], Predictor]
+# _corrected's (time, power, time doubt, power doubt) over the mode space
+Corrected = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 
 
 def load_reference_predictor() -> Predictor:
@@ -416,58 +418,57 @@ class PowerTrain(Strategy):
         if self._limit - len(own) <= 0:
             return None
         self._score_misses(own)
-        c = self.cfg
         self._refining = True
         try:
-            pick = self._pick(
-                budget_w,
-                own,
-                min_fit_prob=c.refine_fit_prob,
-                bar=c.refine_gain,
-                margin_w=c.refine_margin_w,
-            )
+            corrected = self._corrected(own)  # once: the rehearsed budgets read it too
+            pick = self._refine_pick(budget_w, own, corrected)
+            if pick is None and self._first:
+                pick = self._rehearse(budget_w, own, corrected)
         finally:
             self._refining = False
-        if pick is None and self._first:
-            pick = self._rehearse(budget_w, own)
         if pick is None:
             return None
         self._picks += 1
         self._pick_cap = max(self._pick_cap, self._picks)
         return Measure(self.mode_list[pick])
 
-    def _rehearse(self, budget_w: float, own: Mapping[PowerMode, Measurement]) -> int | None:
+    def _refine_pick(
+        self, budget_w: float, own: Mapping[PowerMode, Measurement], corrected: Corrected
+    ) -> int | None:
+        """`_pick` under refine's rules (chance to fit, gain bar, margin)."""
+        c = self.cfg
+        return self._pick(
+            budget_w,
+            own,
+            min_fit_prob=c.refine_fit_prob,
+            bar=c.refine_gain,
+            margin_w=c.refine_margin_w,
+            corrected=corrected,
+        )
+
+    def _rehearse(
+        self, budget_w: float, own: Mapping[PowerMode, Measurement], corrected: Corrected
+    ) -> int | None:
         """A mode refine would pick under a lower budget (see `rehearse_modes`), the
         rehearsed budgets taken in turn in a spread order; None when none has one or the
         rehearsals are used up."""
-        c = self.cfg
-        if self._rehearsed >= c.rehearse_modes:
+        if self._rehearsed >= self.cfg.rehearse_modes:
             return None
-        _, p, _, _ = self._corrected(own)
+        p = corrected[1]
         finite = p[np.isfinite(p)]
         if finite.size == 0:
             return None
         budgets = np.arange(budget_w - 1.0, float(finite.min()) + 0.5, -1.0)
         order = spread_order(budgets)
         n = len(order)
-        self._refining = True
-        try:
-            for k in range(n):
-                b = float(budgets[order[(self._rehearse_at + k) % n]])
-                pick = self._pick(
-                    b,
-                    own,
-                    min_fit_prob=c.refine_fit_prob,
-                    bar=c.refine_gain,
-                    margin_w=c.refine_margin_w,
-                )
-                if pick is not None:
-                    self._rehearse_at = (self._rehearse_at + k + 1) % n
-                    self._rehearsed += 1
-                    log.debug("rehearsing %.0f W: %s", b, self.mode_list[pick])
-                    return pick
-        finally:
-            self._refining = False
+        for k in range(n):
+            b = float(budgets[order[(self._rehearse_at + k) % n]])
+            pick = self._refine_pick(b, own, corrected)
+            if pick is not None:
+                self._rehearse_at = (self._rehearse_at + k + 1) % n
+                self._rehearsed += 1
+                log.debug("rehearsing %.0f W: %s", b, self.mode_list[pick])
+                return pick
         return None
 
     def _near_miss(
@@ -599,9 +600,7 @@ class PowerTrain(Strategy):
         assert self._ref_pred is not None
         return self._ref_pred
 
-    def _corrected(
-        self, own: Mapping[PowerMode, Measurement]
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    def _corrected(self, own: Mapping[PowerMode, Measurement]) -> Corrected:
         """(time, power, time doubt, power doubt) over the mode space.
 
         The model's predictions nudged by the residuals of nearby measured modes (a kernel
@@ -841,13 +840,14 @@ class PowerTrain(Strategy):
         min_fit_prob: float | None = None,
         bar: float | None = None,
         margin_w: float | None = None,
+        corrected: Corrected | None = None,
     ) -> int | None:
         """The open mode with the best expected gain over the fastest measured fitting mode,
         weighted by its chance to fit; None when none promises enough. `min_fit_prob`,
         `bar` and `margin_w` (predicted power this far under the budget) override the
-        pre-commit rules (refine)."""
+        pre-commit rules (refine); `corrected`: `_corrected(own)` when the caller has it."""
         c = self.cfg
-        t, p, dt, dp = self._corrected(own)
+        t, p, dt, dp = corrected if corrected is not None else self._corrected(own)
         usable = self._open(budget_w, own) & np.isfinite(t) & (t > 0) & np.isfinite(p)
         if margin_w is not None:
             usable &= p <= budget_w - margin_w
