@@ -4,67 +4,13 @@ pin it ends on is the fastest measured mode that fits."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 import pytest
+from refine_watch import sweep
 
-from powerd.modes import FIELDS, PowerMode
-from powerd.optimize.base import Action, Commit, Measure, Measurement, Predictor, Strategy, fits
-from powerd.optimize.powertrain import PowerTrain
+from powerd.modes import PowerMode
+from powerd.optimize.base import Measurement, fits
 from powerd.sim.trace import Trace
-from powerd_replay.training import (
-    GridSpace,
-    NoiseModel,
-    NoisyOracle,
-    RidgeFitter,
-    inconsistent_rows,
-    replay_sweep,
-)
-
-
-class Watch(Strategy):
-    """Passes through; records each refine pick with the model's power prediction then, and
-    the measured time of every commit, per budget."""
-
-    def __init__(self, inner: PowerTrain):
-        self.inner = inner
-        self.name = inner.name
-        self.refines: list[tuple[float, PowerMode, float]] = []  # budget, mode, predicted W
-        self.again: list[tuple[float, Measurement]] = []  # budget, the near miss re-measured
-        self.commits: list[tuple[float, PowerMode, float]] = []  # budget, mode, measured ms
-        self.new: dict[float, set[PowerMode]] = {}
-
-    def next_action(self, budget_w: float, samples: Mapping[PowerMode, Measurement]) -> Action:
-        action = self.inner.next_action(budget_w, samples)
-        if isinstance(action, Measure):
-            self.new.setdefault(budget_w, set()).add(action.mode)
-        if isinstance(action, Commit) and action.feasible:
-            self.commits.append((budget_w, action.mode, samples[action.mode].time_ms))
-        return action
-
-    def refine(self, budget_w, samples, room):
-        own = {k: v for k, v in samples.items() if k in self.inner.index}
-        _, p, _, _ = self.inner._corrected(own)
-        action = self.inner.refine(budget_w, samples, room)
-        if action is not None and action.mode in samples:
-            self.again.append((budget_w, samples[action.mode]))
-        elif action is not None:
-            self.refines.append((budget_w, action.mode, float(p[self.inner.index[action.mode]])))
-            self.new.setdefault(budget_w, set()).add(action.mode)
-        return action
-
-    def on_fitted(self, predictor: Predictor) -> None:
-        self.inner.on_fitted(predictor)
-
-
-def sweep(trace: Trace, budgets, refine_room: int, seed: int = 0, max_modes: int = 50):
-    oracle = NoisyOracle(trace, time_err=0.10, power_err=0.05, jitter=0.02, seed=seed)
-    fitter = RidgeFitter(oracle, [trace.axis(f) for f in FIELDS])
-    watch = Watch(PowerTrain(GridSpace.from_trace(trace), lambda: oracle, max_modes=max_modes))
-    res = replay_sweep(
-        watch, trace, budgets, fitter=fitter, noise=NoiseModel(seed=seed), refine_room=refine_room
-    )
-    return watch, res
+from powerd_replay.training import inconsistent_rows
 
 
 @pytest.fixture(scope="module")

@@ -5,67 +5,18 @@ Replayed on MobileNet v3 training with the stand-in predictors."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 import numpy as np
 import pytest
+from refine_watch import sweep
 
-from powerd.modes import FIELDS, PowerMode
-from powerd.optimize.base import Action, Measure, Measurement, Predictor, Strategy
-from powerd.optimize.powertrain import PowerTrain
 from powerd.sim.trace import Trace
-from powerd_replay.training import GridSpace, NoiseModel, NoisyOracle, RidgeFitter, replay_sweep
 
 HIGH, LOW = 35.0, 16.0
 
 
-class Rehearsals(Strategy):
-    """Passes through; records each mode refine measures as a rehearsal (budget, mode, the
-    corrected power prediction then) and the modes measured per budget."""
-
-    def __init__(self, inner: PowerTrain):
-        self.inner = inner
-        self.name = inner.name
-        self.rehearsed: list[tuple[float, PowerMode, float]] = []
-        self.refined: list[tuple[float, PowerMode]] = []
-        self.new: dict[float, list[PowerMode]] = {}
-
-    def next_action(self, budget_w: float, samples: Mapping[PowerMode, Measurement]) -> Action:
-        action = self.inner.next_action(budget_w, samples)
-        if isinstance(action, Measure) and action.mode not in samples:
-            self.new.setdefault(budget_w, []).append(action.mode)
-        return action
-
-    def refine(self, budget_w, samples, room):
-        own = {k: v for k, v in samples.items() if k in self.inner.index}
-        _, p, _, _ = self.inner._corrected(own)
-        before = self.inner._rehearsed
-        action = self.inner.refine(budget_w, samples, room)
-        if action is not None and action.mode not in samples:
-            self.new.setdefault(budget_w, []).append(action.mode)
-            self.refined.append((budget_w, action.mode))
-            if self.inner._rehearsed > before:
-                predicted = float(p[self.inner.index[action.mode]])
-                self.rehearsed.append((budget_w, action.mode, predicted))
-        return action
-
-    def on_fitted(self, predictor: Predictor) -> None:
-        self.inner.on_fitted(predictor)
-
-
-def sweep(trace: Trace, budgets, seed: int = 0, **tuning):
-    oracle = NoisyOracle(trace, time_err=0.10, power_err=0.05, jitter=0.02, seed=seed)
-    fitter = RidgeFitter(oracle, [trace.axis(f) for f in FIELDS])
-    watch = Rehearsals(PowerTrain(GridSpace.from_trace(trace), lambda: oracle, **tuning))
-    res = replay_sweep(
-        watch, trace, budgets, fitter=fitter, noise=NoiseModel(seed=seed), refine_room=60
-    )
-    return watch, res
-
-
 @pytest.fixture(scope="module")
 def rehearsed(mobilenet: Trace):
-    return sweep(mobilenet, [HIGH, LOW])
+    return sweep(mobilenet, [HIGH, LOW], refine_room=60)
 
 
 def test_a_high_first_budget_measures_modes_for_lower_budgets(rehearsed, mobilenet) -> None:
@@ -102,12 +53,12 @@ def test_the_low_budget_change_finds_measured_modes_that_fit(rehearsed, mobilene
 
 @pytest.mark.parametrize("cap", [0, 2])
 def test_rehearse_modes_caps_the_rehearsals(mobilenet: Trace, cap: int) -> None:
-    watch, _ = sweep(mobilenet, [HIGH], rehearse_modes=cap)
+    watch, _ = sweep(mobilenet, [HIGH], refine_room=60, rehearse_modes=cap)
     assert len(watch.rehearsed) == cap
 
 
 def test_rehearsals_keep_to_the_first_budgets_room(mobilenet: Trace) -> None:
-    watch, _ = sweep(mobilenet, [HIGH], max_modes=20)
+    watch, _ = sweep(mobilenet, [HIGH], refine_room=60, max_modes=20)
     assert len(watch.new[HIGH]) <= 20
 
 
@@ -115,15 +66,13 @@ def test_a_first_budget_at_the_bottom_of_the_range_has_nothing_to_rehearse(
     mobilenet: Trace,
 ) -> None:
     low = min(r.power_w for r in mobilenet.rows) + 0.5
-    watch, _ = sweep(mobilenet, [low])
+    watch, _ = sweep(mobilenet, [low], refine_room=60)
     assert not watch.rehearsed
 
 
-def test_no_finite_power_prediction_no_rehearsal(mobilenet: Trace, monkeypatch) -> None:
+def test_no_finite_power_prediction_no_rehearsal(mobilenet: Trace) -> None:
     """A model that predicts no finite power anywhere rehearses nothing (and does not fail)."""
-    watch, _ = sweep(mobilenet, [HIGH], rehearse_modes=50)
+    watch, _ = sweep(mobilenet, [HIGH], refine_room=60, rehearse_modes=50)
     strategy = watch.inner
-    n = len(strategy.mode_list)
-    nan = np.full(n, np.nan)
-    monkeypatch.setattr(strategy, "_corrected", lambda own: (nan, nan, nan, nan))
-    assert strategy._rehearse(HIGH, {}) is None
+    nan = np.full(len(strategy.mode_list), np.nan)
+    assert strategy._rehearse(HIGH, {}, (nan, nan, nan, nan)) is None
