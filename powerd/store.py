@@ -76,6 +76,8 @@ class _SampleRecord(BaseModel):
     power_w: float
     steps: int = 0
     aborted_over_budget: bool = False
+    # absent from files of releases before 2026-11-28: read as unknown
+    power_se_w: float | None = None
 
 
 class _SamplesFile(BaseModel):
@@ -208,7 +210,9 @@ class Store:
         for r in data.samples:
             mode = PowerMode(r.cores, r.cpu_khz, r.gpu_hz, r.emc_hz)
             t = math.nan if r.time_ms is None else r.time_ms
-            out[mode] = Measurement(mode, t, r.power_w, r.steps, r.aborted_over_budget)
+            out[mode] = Measurement(
+                mode, t, r.power_w, r.steps, r.aborted_over_budget, r.power_se_w
+            )
         return out
 
     def save_samples(
@@ -221,6 +225,7 @@ class Store:
                 power_w=m.power_w,
                 steps=m.steps,
                 aborted_over_budget=m.aborted_over_budget,
+                power_se_w=m.power_se_w,
             )
             for m in samples.values()
             if math.isfinite(m.power_w)  # switch failures are not measurements

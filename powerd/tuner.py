@@ -45,7 +45,7 @@ from powerd.optimize.base import (
     least_power,
     pooled_measurement,
 )
-from powerd.profiler import ModeWindow, PowerSamples, ProfilingCost, WindowSpec
+from powerd.profiler import ModeWindow, PowerSamples, ProfilingCost, WindowSpec, mean_se
 
 log = logging.getLogger("powerd.tuner")
 
@@ -468,7 +468,8 @@ class Tuner:
         self._guard_start = now
         if len(samples) < 3 or self.committed is None:
             return
-        mean_w = statistics.fmean(w for _, w in samples)
+        watts = [w for _, w in samples]
+        mean_w = statistics.fmean(watts)
         if mean_w <= self.budget_w + GUARD_MARGIN_W or not self.committed.feasible:
             return
         mode = self.committed.mode
@@ -477,7 +478,10 @@ class Tuner:
         log.warning(
             "%s draws %.2f W, over the %g W budget: choosing again", mode, mean_w, self.budget_w
         )
-        self.workload.samples[mode] = Measurement(mode, t, mean_w, old.steps if old else 0, False)
+        # with its standard error, as a profiled window has: the refine's second look at a
+        # near miss (PowerTrain._near_miss) weighs a reading by it
+        steps = old.steps if old else 0
+        self.workload.samples[mode] = Measurement(mode, t, mean_w, steps, False, mean_se(watts))
         self.hooks.on_sample(self.workload)
         self.committed = None
         self.state = "deciding"
