@@ -401,10 +401,11 @@ class Tuner:
         self.refined += 1
         self._refining = True
         log.info(
-            "%s %s: measuring %s after the commit (%d so far, room %d)",
+            "%s %s: measuring %s after the commit%s (%d so far, room %d)",
             self.workload.name,
             self.goal,
             action.mode,
+            f", {action.why}" if action.why else "",
             self.refined,
             room - 1,
         )

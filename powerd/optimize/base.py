@@ -40,6 +40,9 @@ class Measure:
 
     mode: PowerMode
     pool: bool = False
+    # what the measurement is for, for the logs ("": a pick for the budget in force); a
+    # mode measured after the commit can be slower than the pinned one, and says why
+    why: str = ""
 
 
 @dataclass(frozen=True)

@@ -414,23 +414,28 @@ class PowerTrain(Strategy):
         again = self._near_miss(budget_w, own, best)
         if again is not None:
             self._remeasured.add(again)
-            return Measure(again, pool=True)
+            over = own[again].power_w - budget_w
+            return Measure(again, pool=True, why=f"a second look: read {over:.2f} W over")
         if self._limit - len(own) <= 0:
             return None
         self._score_misses(own)
         self._refining = True
+        why = ""
         try:
             corrected = self._corrected(own)  # once: the rehearsed budgets read it too
             pick = self._refine_pick(budget_w, own, corrected)
             if pick is None and self._first:
-                pick = self._rehearse(budget_w, own, corrected)
+                rehearsal = self._rehearse(budget_w, own, corrected)
+                if rehearsal is not None:
+                    pick, lower_w = rehearsal
+                    why = f"rehearsing a {lower_w:g} W budget"
         finally:
             self._refining = False
         if pick is None:
             return None
         self._picks += 1
         self._pick_cap = max(self._pick_cap, self._picks)
-        return Measure(self.mode_list[pick])
+        return Measure(self.mode_list[pick], why=why)
 
     def _refine_pick(
         self, budget_w: float, own: Mapping[PowerMode, Measurement], corrected: Corrected
@@ -448,10 +453,10 @@ class PowerTrain(Strategy):
 
     def _rehearse(
         self, budget_w: float, own: Mapping[PowerMode, Measurement], corrected: Corrected
-    ) -> int | None:
-        """A mode refine would pick under a lower budget (see `rehearse_modes`), the
-        rehearsed budgets taken in turn in a spread order; None when none has one or the
-        rehearsals are used up."""
+    ) -> tuple[int, float] | None:
+        """A mode refine would pick under a lower budget (see `rehearse_modes`), and that
+        budget, the rehearsed budgets taken in turn in a spread order; None when none has
+        one or the rehearsals are used up."""
         if self._rehearsed >= self.cfg.rehearse_modes:
             return None
         p = corrected[1]
@@ -467,8 +472,7 @@ class PowerTrain(Strategy):
             if pick is not None:
                 self._rehearse_at = (self._rehearse_at + k + 1) % n
                 self._rehearsed += 1
-                log.debug("rehearsing %.0f W: %s", b, self.mode_list[pick])
-                return pick
+                return pick, b
         return None
 
     def _near_miss(

@@ -25,6 +25,7 @@ class Watch(Strategy):
         self.again: list[tuple[float, Measurement]] = []  # budget, the near miss re-measured
         self.commits: list[tuple[float, PowerMode, float]] = []  # budget, mode, measured ms
         self.new: dict[float, set[PowerMode]] = {}
+        self.why: list[tuple[PowerMode, str]] = []  # every refine Measure and its note
 
     def next_action(self, budget_w: float, samples: Mapping[PowerMode, Measurement]) -> Action:
         action = self.inner.next_action(budget_w, samples)
@@ -39,6 +40,8 @@ class Watch(Strategy):
         _, p, _, _ = self.inner._corrected(own)
         rehearsed = self.inner._rehearsed
         action = self.inner.refine(budget_w, samples, room)
+        if action is not None:
+            self.why.append((action.mode, action.why))
         if action is not None and action.mode in samples:
             self.again.append((budget_w, samples[action.mode]))
         elif action is not None:

@@ -34,6 +34,20 @@ def test_a_high_first_budget_measures_modes_for_lower_budgets(rehearsed, mobilen
     assert len(watch.new.get(LOW, [])) <= watch.inner.cfg.change_modes + 1
 
 
+def test_each_rehearsal_says_which_lower_budget_it_is_for(rehearsed) -> None:
+    """The tuner logs it: a mode slower than the pinned one, measured while the job trains,
+    is not a search gone wrong."""
+    watch, _ = rehearsed
+    rehearsed_modes = {m for _, m, _ in watch.rehearsed}
+    notes = dict(watch.why)
+    for mode in rehearsed_modes:
+        words = notes[mode].split()
+        assert words[:2] == ["rehearsing", "a"] and words[3:] == ["W", "budget"], notes[mode]
+        assert float(words[2]) <= HIGH - 1.0
+    others = [why for m, why in watch.why if m not in rehearsed_modes]
+    assert all(why == "" or why.startswith("a second look") for why in others), others
+
+
 def test_rehearsals_are_measured_as_any_mode_and_never_pinned_over_the_budget(
     rehearsed, mobilenet
 ) -> None:

@@ -85,7 +85,7 @@ def test_a_near_miss_is_measured_again_and_pinned_if_the_pooled_reading_fits(com
     strategy, samples, fast, mode, fitter = committed
     samples[mode] = Measurement(mode, fast, BUDGET + 0.2, steps=10)
     action = strategy.refine(BUDGET, samples, room=5)
-    assert action == Measure(mode, pool=True)
+    assert action == Measure(mode, pool=True, why="a second look: read 0.20 W over")
     samples[mode] = pooled_measurement(
         samples[mode], Measurement(mode, fast, BUDGET - 0.3, steps=10)
     )
@@ -96,7 +96,8 @@ def test_a_near_miss_is_measured_again_and_pinned_if_the_pooled_reading_fits(com
 def test_a_near_miss_is_measured_again_only_once(committed) -> None:
     strategy, samples, fast, mode, fitter = committed
     samples[mode] = Measurement(mode, fast, BUDGET + 0.2, steps=10)
-    assert strategy.refine(BUDGET, samples, room=5) == Measure(mode, pool=True)
+    again = strategy.refine(BUDGET, samples, room=5)
+    assert again is not None and (again.mode, again.pool) == (mode, True)
     samples[mode] = pooled_measurement(
         samples[mode], Measurement(mode, fast, BUDGET + 0.1, steps=10)
     )
@@ -128,7 +129,7 @@ def test_the_readings_standard_error_says_whether_it_is_a_near_miss(
     strategy, samples, fast, mode, _ = committed
     samples[mode] = Measurement(mode, fast, BUDGET + 0.2, 10, False, se_w)
     action = strategy.refine(BUDGET, samples, room=5)
-    assert (action == Measure(mode, pool=True)) is again
+    assert (action is not None and (action.mode, action.pool) == (mode, True)) is again
 
 
 def test_pooled_windows_pool_their_standard_errors() -> None:
