@@ -400,16 +400,17 @@ class Tuner:
             return True
         self.refined += 1
         self._refining = True
+        note = f", {action.why}" if action.why else ""
         log.info(
             "%s %s: measuring %s after the commit%s (%d so far, room %d)",
             self.workload.name,
             self.goal,
             action.mode,
-            f", {action.why}" if action.why else "",
+            note,
             self.refined,
             room - 1,
         )
-        self.message = f"measuring a candidate mode after the commit ({self.refined} so far)"
+        self.message = f"measuring a candidate mode after the commit ({self.refined} so far{note})"
         training = self.workload.kind == "training"
         self.window = ModeWindow(action.mode, self.spec, self.budget_w, time.monotonic(), training)
         self._pool = action.pool

@@ -36,6 +36,7 @@ class Script(Strategy):
 
     def __init__(self, first: PowerMode, candidates: list[PowerMode]):
         self.first, self.candidates, self.fitted = first, candidates, 0
+        self.why = ""  # the note of each candidate's Measure
 
     def next_action(self, budget_w, samples):
         if self.first not in samples:
@@ -46,7 +47,7 @@ class Script(Strategy):
         return Commit(self.first)
 
     def refine(self, budget_w, samples, room):
-        return next((Measure(c) for c in self.candidates if c not in samples), None)
+        return next((Measure(c, why=self.why) for c in self.candidates if c not in samples), None)
 
 
 def _planner() -> tuple[TrainingPlanner, list[PowerMode]]:
@@ -104,10 +105,12 @@ def _step_until(
             return
 
 
-def _timeline() -> tuple[list, list]:
+def _timeline(why: str = "") -> tuple[list, list]:
     """Jobs a then b, both stepping, until b measured both candidates after its commit and
-    committed again: (a's view, b's view) before and from b's first commit."""
+    committed again: (a's view, b's view) before and from b's first commit. `why`: the
+    note of b's candidates."""
     pl, applied = _planner()
+    pl.hooks.workload("training", "b", True).strategy.why = why
     jobs = [_job("a", 0.0), _job("b", 1.0)]
     # (a's view, b's view) at each tick where either changed: phase, message, feasible
     timeline: list[tuple[tuple, tuple]] = []
@@ -137,6 +140,15 @@ def test_a_job_measuring_after_its_commit_reads_profiling_with_one_message() -> 
         ("profiling", "measuring a candidate mode after the commit (2 so far)", True),
         ("tuned", "", True),
     ], b_said
+
+
+def test_a_candidate_measured_for_a_lower_budget_says_so() -> None:
+    _, after = _timeline(why="rehearsing a 12 W budget")
+    said = {b[1] for _, b in after if b[0] == "profiling"}
+    assert said == {
+        "measuring a candidate mode after the commit (1 so far, rehearsing a 12 W budget)",
+        "measuring a candidate mode after the commit (2 so far, rehearsing a 12 W budget)",
+    }, said
 
 
 def test_another_job_reads_tuned_while_a_tuned_workload_measures_after_its_commit() -> None:
