@@ -1,12 +1,12 @@
 """The tuned state's guard: a pinned mode whose power drifts over the budget is recorded at
-what it now draws and the job chooses again (driven as tests/test_tuner_park.py drives the
-tuner: a scripted strategy, synthetic steps, a board whose power follows the mode)."""
+what it now draws and the job chooses again (driven by tests/tuner_harness.py: a scripted strategy,
+synthetic steps, a board whose power follows the mode)."""
 
 from __future__ import annotations
 
 import math
 
-from test_tuner_park import BUDGET_W, FAST, SLOW, Board, _run, _tuner
+from tuner_harness import BUDGET_W, FAST, SLOW, Board, make_tuner, run_until
 
 from powerd.tuner import GUARD_MARGIN_W
 
@@ -20,14 +20,14 @@ class Drifting(Board):
 
 def test_a_drift_over_the_budget_is_recorded_with_its_standard_error_and_decided_again():
     board = Drifting({SLOW: 9.0, FAST: 11.0})
-    t, fits = _tuner(board, [FAST, SLOW])
-    _run(t, board, lambda: t.state == "fitting")
+    t, fits = make_tuner(board, [FAST, SLOW])
+    run_until(t, board, lambda: t.state == "fitting")
     fits[-1].set_result(None)
-    _run(t, board, lambda: t.state == "tuned")
+    run_until(t, board, lambda: t.state == "tuned")
     assert board.mode == FAST
     steps_before = t.workload.samples[FAST].steps
     board.watts[FAST] = BUDGET_W + GUARD_MARGIN_W + 1.5  # the job's load changed
-    _run(t, board, lambda: t.workload.samples[FAST].power_w > BUDGET_W + GUARD_MARGIN_W)
+    run_until(t, board, lambda: t.workload.samples[FAST].power_w > BUDGET_W + GUARD_MARGIN_W)
     drifted = t.workload.samples[FAST]
     assert abs(drifted.power_w - board.watts[FAST]) < 0.1
     assert drifted.steps == steps_before and not drifted.aborted_over_budget
