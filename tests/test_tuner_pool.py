@@ -6,9 +6,9 @@ whose power follows the applied mode; no daemon."""
 from __future__ import annotations
 
 import pytest
+from tuner_harness import BUDGET_W, FAST, Board, make_tuner, run_until
 
 from powerd.optimize.base import Commit, Measure, Strategy
-from tests.test_tuner_park import BUDGET_W, FAST, Board, _run, _tuner
 
 FIRST_W, SECOND_W = 12.3, 11.7
 
@@ -35,10 +35,10 @@ class TwoLooks(Strategy):
 @pytest.mark.parametrize("pool", [True, False], ids=["pooled", "replaced"])
 def test_a_second_window_is_pooled_only_when_asked(pool: bool) -> None:
     board = Board({FAST: FIRST_W})
-    t, _ = _tuner(board, [FAST])
+    t, _ = make_tuner(board, [FAST])
     strategy = TwoLooks(board, pool)
     t.workload.strategy = strategy
-    _run(t, board, lambda: t.state == "tuned")
+    run_until(t, board, lambda: t.state == "tuned")
     first, m = strategy.first, t.workload.samples[FAST]
     assert first.power_w == pytest.approx(FIRST_W) and first.steps > 0
     if pool:
