@@ -76,7 +76,7 @@ class Strategy(ABC):
         self, budget_w: float, samples: Mapping[PowerMode, Measurement], room: int
     ) -> Measure | None:
         """After a Commit for `budget_w`, while the job trains on it: a mode worth measuring
-        (predicted within the budget, promising to beat the pinned one), or None. `room`
+        (likely within the budget, promising to beat the pinned one), or None. `room`
         is how many more modes the job can afford. After its window, `next_action` is asked
         again and commits the fastest measured mode that fits (a better one replaces the
         pin). Default: nothing to refine."""

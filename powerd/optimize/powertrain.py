@@ -28,6 +28,9 @@ the samples are shared, so a new budget re-uses everything measured for earlier 
               any), then the fastest measured mode that fits is committed again. First,
               a faster mode that read just over the budget (`remeasure_w`) is measured
               once more: its readings are pooled, and noise alone may have put it over.
+              When no mode passes the rule, a few long shots (`longshot_modes`): the
+              best expected gain among modes the model's own power interval gives a
+              chance to fit of at least 1/10.
     rehearsing A first budget whose own refine picks ran out spends what is left of its
               room on lower budgets a set_budget may bring (`rehearse_modes`): the mode
               refine would pick under each, 1 W apart below the budget, in a spread order.
@@ -212,6 +215,20 @@ class Tuning:
     # 9.3 -> 9.7 %; a new workload per budget (Orin Nano) 4.4 -> 4.2 %, with ~10 more modes
     # measured after its commit; budgets raised from the bottom: unchanged. 0: off.
     rehearse_modes: int = 12
+    # After a commit (refine), once no mode passes refine's chance-to-fit rule: measure up
+    # to this many long shots per budget, modes the fitted model puts over the budget but
+    # with a chance to fit of at least longshot_fit_prob under its own power interval
+    # (longshot_power_doubt x the sd it implies, where it is wider than the doubt refine
+    # uses), for an expected gain of at least longshot_gain. Where the samples never
+    # combined two knobs' levels, the model's power there is a guess: ResNet-18 inference
+    # bs 16 at 19-20 W read 8c/422/522/2133 at 21.4 W (18.5 W true, 34 % faster than the
+    # pin), and no later rule measured it. A long shot over the budget is cut short like
+    # any window, and prunes every mode at or above it. Replayed with 30 modes of refine
+    # room (docs/experiments.md, session 44). 0: off.
+    longshot_modes: int = 4
+    longshot_fit_prob: float = 0.1
+    longshot_gain: float = 0.02
+    longshot_power_doubt: float = 1.0
 
 
 # --------------------------------------------------------------------------- seed plan
@@ -353,6 +370,7 @@ class PowerTrain(Strategy):
         self._remeasured: set[PowerMode] = set()
         self._rehearsed = 0  # modes measured for budgets below the first (refine)
         self._rehearse_at = 0  # where the next rehearsal starts in the budgets' order
+        self._longshots = 0  # long shots measured for the current budget (refine)
         self._misses_t: list[float] = []  # log(measured / predicted), before it was measured
         self._misses_p: list[float] = []  # measured - predicted, W
         self._z_t: list[float] = []  # the same misses in sds of the fitted model's interval
@@ -387,6 +405,7 @@ class PowerTrain(Strategy):
             )
             self._first = len(own) < self.n_seeds or unmet
             self._budget, self._picks = budget_w, 0
+            self._longshots = 0
             if not self._first:
                 self._limit = len(own) + self.cfg.change_modes
             room = self._limit - len(own)
@@ -424,6 +443,11 @@ class PowerTrain(Strategy):
         try:
             corrected = self._corrected(own)  # once: the rehearsed budgets read it too
             pick = self._refine_pick(budget_w, own, corrected)
+            if pick is None and self._longshots < self.cfg.longshot_modes:
+                pick = self._longshot(budget_w, own, corrected)
+                if pick is not None:
+                    self._longshots += 1
+                    why = "a long shot: predicted over the budget"
             if pick is None and self._first:
                 rehearsal = self._rehearse(budget_w, own, corrected)
                 if rehearsal is not None:
@@ -449,6 +473,25 @@ class PowerTrain(Strategy):
             bar=c.refine_gain,
             margin_w=c.refine_margin_w,
             corrected=corrected,
+        )
+
+    def _longshot(
+        self, budget_w: float, own: Mapping[PowerMode, Measurement], corrected: Corrected
+    ) -> int | None:
+        """The mode of best expected gain whose chance to fit, under the fitted model's own
+        power interval, is at least `longshot_fit_prob` (see `longshot_modes`); None when
+        none promises `longshot_gain`."""
+        c = self.cfg
+        t, p, dt, dp = corrected
+        sd = self._interval_sd()
+        if sd is not None and c.longshot_power_doubt > 0:
+            dp = np.fmax(dp, c.longshot_power_doubt * sd[1])  # NaN (no interval): as is
+        return self._pick(
+            budget_w,
+            own,
+            min_fit_prob=c.longshot_fit_prob,
+            bar=c.longshot_gain,
+            corrected=(t, p, dt, dp),
         )
 
     def _rehearse(

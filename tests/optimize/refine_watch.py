@@ -14,14 +14,15 @@ from powerd_replay.training import GridSpace, NoiseModel, NoisyOracle, RidgeFitt
 
 class Watch(Strategy):
     """Passes through; records each refine pick with the model's power prediction then (and
-    apart, those that rehearse a lower budget), each near miss measured again, the measured
-    time of every commit, and the modes measured per budget."""
+    apart, those that rehearse a lower budget and the long shots), each near miss measured
+    again, the measured time of every commit, and the modes measured per budget."""
 
     def __init__(self, inner: PowerTrain):
         self.inner = inner
         self.name = inner.name
         self.refines: list[tuple[float, PowerMode, float]] = []  # budget, mode, predicted W
         self.rehearsed: list[tuple[float, PowerMode, float]] = []  # the same, rehearsals
+        self.longshots: list[tuple[float, PowerMode, float]] = []  # ... and long shots
         self.again: list[tuple[float, Measurement]] = []  # budget, the near miss re-measured
         self.commits: list[tuple[float, PowerMode, float]] = []  # budget, mode, measured ms
         self.new: dict[float, set[PowerMode]] = {}
@@ -38,7 +39,7 @@ class Watch(Strategy):
     def refine(self, budget_w, samples, room):
         own = {k: v for k, v in samples.items() if k in self.inner.index}
         _, p, _, _ = self.inner._corrected(own)
-        rehearsed = self.inner._rehearsed
+        rehearsed, longshots = self.inner._rehearsed, self.inner._longshots
         action = self.inner.refine(budget_w, samples, room)
         if action is not None:
             self.why.append((action.mode, action.why))
@@ -49,6 +50,8 @@ class Watch(Strategy):
             self.refines.append(pick)
             if self.inner._rehearsed > rehearsed:
                 self.rehearsed.append(pick)
+            if self.inner._longshots > longshots:
+                self.longshots.append(pick)
             self.new.setdefault(budget_w, set()).add(action.mode)
         return action
 

@@ -30,8 +30,10 @@ def test_it_measures_after_the_commit_within_each_budgets_room(refined) -> None:
 
 def test_it_measures_only_modes_predicted_within_the_budget(refined) -> None:
     watch, _ = refined
-    for budget, _, predicted_w in watch.refines:
-        assert predicted_w <= budget
+    for pick in watch.refines:
+        budget, _, predicted_w = pick
+        # a long shot (predicted over, under a wide power interval) is the exception
+        assert predicted_w <= budget or pick in watch.longshots
     # a mode measured again read over the budget by less than remeasure_w (a near miss)
     margin = watch.inner.cfg.remeasure_w
     for budget, m in watch.again:

@@ -1,0 +1,75 @@
+"""powertrain's long shots after a commit (Tuning.longshot_modes): when refine's own rule (a
+chance to fit of 1/2, predicted within the budget) finds nothing, a mode the model puts over
+the budget is measured if the model's own power interval there leaves it a real chance to
+fit and it would be much faster; at most longshot_modes per budget, and not where the model
+says it knows the power well."""
+
+from __future__ import annotations
+
+import numpy as np
+from interval_models import BUDGET_W, SPACE, IntervalModel, Model
+
+from powerd.modes import PowerMode
+from powerd.optimize.base import Measurement
+from powerd.optimize.powertrain import PowerTrain
+
+HIGH_EMC = 2_133_000_000
+
+
+def committed(fitted, **tuning: float) -> tuple[PowerTrain, dict[PowerMode, Measurement]]:
+    """A budget change at BUDGET_W after its commit: every low-EMC mode measured as the
+    reference predicts (all fit), the high-EMC ones (predicted 11.5-14 W, twice as fast)
+    never measured, and the model's recorded power misses small (0.1 W)."""
+    strategy = PowerTrain(SPACE, lambda: Model(), max_modes=50, rehearse_modes=0, **tuning)
+    assert strategy._reference_ready()
+    t, p = Model().predict(strategy.modes_array)
+    own = {
+        mode: Measurement(mode, float(t[i]), float(p[i]))
+        for i, mode in enumerate(strategy.mode_list)
+        if mode.emc_hz != HIGH_EMC
+    }
+    strategy._budget, strategy._first = BUDGET_W, False
+    strategy._limit = len(own) + 4
+    strategy.on_fitted(fitted)
+    strategy._fitted_on = frozenset(own)
+    strategy._scored = set(own)
+    strategy._misses_p = [0.1] * 12
+    return strategy, own
+
+
+def test_a_wide_power_interval_over_the_budget_gets_a_long_shot() -> None:
+    strategy, own = committed(IntervalModel())
+    action = strategy.refine(BUDGET_W, own, room=10)
+    assert action is not None and action.mode.emc_hz == HIGH_EMC
+    assert action.why == "a long shot: predicted over the budget"
+    t, p = Model().predict(np.array([action.mode.as_tuple()]))
+    assert p[0] > BUDGET_W  # the point prediction alone rules it out
+    assert t[0] < min(m.time_ms for m in own.values())  # and it would beat the pin
+
+
+def test_no_long_shot_where_the_model_knows_the_power_or_when_off() -> None:
+    strategy, own = committed(Model())  # no interval: the small recorded misses rule
+    assert strategy.refine(BUDGET_W, own, room=10) is None
+    strategy, own = committed(IntervalModel(), longshot_modes=0)
+    assert strategy.refine(BUDGET_W, own, room=10) is None
+
+
+def test_long_shots_read_over_prune_what_is_above_them_and_stop_at_the_cap() -> None:
+    cap = 2
+    strategy, own = committed(IntervalModel(), longshot_modes=cap)
+    shots: list[PowerMode] = []
+    while (action := strategy.refine(BUDGET_W, own, room=10)) is not None:
+        assert action.mode not in own
+        # measured over the budget, cut short as any such window
+        own[action.mode] = Measurement(
+            action.mode, float("nan"), BUDGET_W + 2.0, aborted_over_budget=True
+        )
+        knobs = np.array(action.mode.as_tuple())
+        for earlier in shots:  # never a mode at or above one read over
+            assert not np.all(knobs >= np.array(earlier.as_tuple()))
+        shots.append(action.mode)
+    assert len(shots) == cap
+    # a new budget gets its own long shots
+    strategy._budget = None
+    strategy.next_action(BUDGET_W + 0.5, own)
+    assert strategy._longshots == 0
