@@ -70,6 +70,5 @@ def test_long_shots_read_over_prune_what_is_above_them_and_stop_at_the_cap() -> 
         shots.append(action.mode)
     assert len(shots) == cap
     # a new budget gets its own long shots
-    strategy._budget = None
     strategy.next_action(BUDGET_W + 0.5, own)
     assert strategy._longshots == 0
