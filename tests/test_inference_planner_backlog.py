@@ -17,7 +17,7 @@ from powerd.modes import PowerMode
 from powerd.optimize.inference import Pair, PairMeasurement
 from powerd.planner import BoardHooks, JobSpec
 from powerd.profiler import WindowSpec
-from tests.optimize.test_backlog_hysteresis import FAST, SERVED, TICK_S, Client
+from tests.backlog_client import FAST, SERVED, TICK_S, Client
 
 MODES = np.array([(4, 1000, g, 1000) for g in (1, 2, 3)])
 BUDGET_W = 15.0
