@@ -693,6 +693,8 @@ class PowerTrain(Strategy):
         c = self.cfg
         if not self._refining and (c.interval_scope >= 2 or (self._first and c.interval_scope)):
             return dt, dp
+        if max(c.interval_doubt_time, c.interval_doubt_power) <= 0:
+            return dt, dp
         sd = self._interval_sd()
         if sd is None:
             return dt, dp
@@ -709,9 +711,9 @@ class PowerTrain(Strategy):
         return math.sqrt((sum(x * x for x in recent) + 2.0) / (len(recent) + 2))
 
     def _interval_sd(self) -> tuple[np.ndarray, np.ndarray] | None:
-        c = self.cfg
-        off = max(c.interval_doubt_time, c.interval_doubt_power) <= 0
-        if off or self._fitted is None or self._fit_pred is None:
+        # the sds the fitted model's intervals imply; the doubt floor and the long shots
+        # each check their own knobs
+        if self._fitted is None or self._fit_pred is None:
             return None
         if self._fit_sd is None:
             n = len(self.modes_array)

@@ -54,6 +54,17 @@ def test_no_long_shot_where_the_model_knows_the_power_or_when_off() -> None:
     assert strategy.refine(BUDGET_W, own, room=10) is None
 
 
+def test_long_shots_use_the_interval_with_the_interval_doubt_off() -> None:
+    # the long shots' power doubt is their own knob: turning refine's interval doubt off
+    # must not silently take the model's interval away from them
+    off = {"interval_doubt_time": 0.0, "interval_doubt_power": 0.0}
+    strategy, own = committed(IntervalModel(), **off)
+    action = strategy.refine(BUDGET_W, own, room=10)
+    assert action is not None and action.why == "a long shot: predicted over the budget"
+    strategy, own = committed(IntervalModel(), longshot_power_doubt=0.0, **off)
+    assert strategy.refine(BUDGET_W, own, room=10) is None
+
+
 def test_long_shots_read_over_prune_what_is_above_them_and_stop_at_the_cap() -> None:
     cap = 2
     strategy, own = committed(IntervalModel(), longshot_modes=cap)
