@@ -232,6 +232,8 @@ class Tuner:
         if isinstance(action, Measure):
             if not self._switch(action.mode):
                 return False
+            if action.why:  # a pick with a reason of its own (a floor probe), not a plain one
+                log.info("%s %s: measuring %s, %s", w.name, self.goal, action.mode, action.why)
             self.window = ModeWindow(
                 action.mode, self.spec, self.budget_w, time.monotonic(), w.kind == "training"
             )

@@ -15,6 +15,11 @@ the samples are shared, so a new budget re-uses everything measured for earlier 
     exploring Before the picks, if every measured mode holds a knob at one level (a low
               budget's seeds at the least core count), measure the least-power mode at
               another level of it that may fit: the model has no evidence of that knob.
+    floor     In a budget change, when the fastest measured modes that fit (within
+              `floor_tol`) all hold one knob at one level while two other knobs vary,
+              that knob is what holds them back (a floor, e.g. the memory clock): measure
+              one of them with that knob a level up, the one most likely to fit, if its
+              chance is at least `floor_fit_prob` (`floor_probes` per change).
     picking   Score every unmeasured mode by its expected gain over the fastest measured
               mode that fits, times its chance to fit the budget, from the predictions
               corrected by the residuals of nearby measured modes and from the model's
@@ -229,6 +234,25 @@ class Tuning:
     longshot_fit_prob: float = 0.1
     longshot_gain: float = 0.02
     longshot_power_doubt: float = 1.0
+    # A budget change, before its picks: when the measured modes that fit and run within
+    # floor_tol of the fastest all hold one knob at one level while at least two other
+    # knobs vary among them, the step waits on that knob (a floor), whatever the others
+    # do. Measure one of them with that knob a level up, the one with the best chance to
+    # fit (at least floor_fit_prob), at most floor_probes per change. The fitted model
+    # learnt the knob from modes that did not wait on it and reads it as worth little:
+    # ResNet-18 inference bs 1, raised to 18 W, had six modes at 665 MHz of memory clock
+    # within 22.5-26.0 ms over 4-12 cores and every CPU and GPU clock measured, its 2133
+    # MHz samples all CPU- or GPU-bound, and the fit read 2133 MHz as 7 % faster at
+    # 8c/1958/522 (the trace: 18 %). Replayed with 30 modes of refine room
+    # (docs/experiments.md, session 46), mean penalty, off -> 1: budgets raised 1 W at a
+    # time, Orin Nano seeds 0-7 7.8 -> 7.5 %, ResNet-18 inference seeds 0-3 bs 1 3.3 ->
+    # 2.7 %, seeds 0-1 bs 4 11.7 -> 8.1 %, bs 16 4.7 -> 4.5 %; budgets in a mixed order,
+    # Orin Nano 1.1 -> 1.2 %, bs 1 1.0 -> 0.5 %, bs 4 4.2 -> 4.1 %, bs 16 1.2 -> 1.3 %; a
+    # new workload per budget has no change. A probe comes out of the change's modes. 0:
+    # off.
+    floor_probes: int = 1
+    floor_tol: float = 0.06
+    floor_fit_prob: float = 0.1
 
 
 # --------------------------------------------------------------------------- seed plan
@@ -371,6 +395,7 @@ class PowerTrain(Strategy):
         self._rehearsed = 0  # modes measured for budgets below the first (refine)
         self._rehearse_at = 0  # where the next rehearsal starts in the budgets' order
         self._longshots = 0  # long shots measured for the current budget (refine)
+        self._floor_probed = 0  # floor probes measured for the current budget change
         self._misses_t: list[float] = []  # log(measured / predicted), before it was measured
         self._misses_p: list[float] = []  # measured - predicted, W
         self._z_t: list[float] = []  # the same misses in sds of the fitted model's interval
@@ -406,6 +431,7 @@ class PowerTrain(Strategy):
             self._first = len(own) < self.n_seeds or unmet
             self._budget, self._picks = budget_w, 0
             self._longshots = 0
+            self._floor_probed = 0
             if not self._first:
                 self._limit = len(own) + self.cfg.change_modes
             room = self._limit - len(own)
@@ -460,6 +486,48 @@ class PowerTrain(Strategy):
         self._picks += 1
         self._pick_cap = max(self._pick_cap, self._picks)
         return Measure(self.mode_list[pick], why=why)
+
+    def _floor_probe(
+        self, budget_w: float, own: Mapping[PowerMode, Measurement]
+    ) -> tuple[int, int] | None:
+        """(mode, knob): a mode of the floor the fastest fitting measured modes share, with
+        the knob they all hold a level up (see `floor_probes`); None without such a floor
+        or a candidate with the chance to fit."""
+        c = self.cfg
+        timed = [
+            m
+            for m in own.values()
+            if fits(m, budget_w) and math.isfinite(m.time_ms) and m.time_ms > 0
+        ]
+        if len(timed) < 3:
+            return None
+        fastest = min(m.time_ms for m in timed)
+        floor = np.array(
+            [m.mode.as_tuple() for m in timed if m.time_ms <= fastest * (1.0 + c.floor_tol)]
+        )
+        if len(floor) < 3:
+            return None
+        levels = [len(np.unique(floor[:, j])) for j in range(4)]
+        _, p, _, dp = self._corrected(own)
+        open_ = self._open(budget_w, own)
+        best, best_prob = None, -1.0
+        for j in range(4):
+            if levels[j] != 1 or sum(n > 1 for k, n in enumerate(levels) if k != j) < 2:
+                continue
+            axis = list(self.axes[j])
+            up = axis.index(int(floor[0, j])) + 1
+            if up >= len(axis):
+                continue
+            for row in floor:
+                knobs = [int(v) for v in row]
+                knobs[j] = axis[up]
+                i = self.index.get(PowerMode(*knobs))
+                if i is None or not open_[i] or not math.isfinite(p[i]):
+                    continue
+                prob = float(norm_cdf((budget_w - p[i]) / dp[i]))
+                if prob > best_prob:
+                    best, best_prob = (i, j), prob
+        return best if best_prob >= c.floor_fit_prob else None
 
     def _refine_pick(
         self, budget_w: float, own: Mapping[PowerMode, Measurement], corrected: Corrected
@@ -605,11 +673,18 @@ class PowerTrain(Strategy):
             return fit
         if room > 0 and self._picks < self._pick_cap:
             pick = self._explore(budget_w, own)
+            why = ""
+            if pick is None and not self._first and self._floor_probed < self.cfg.floor_probes:
+                probe = self._floor_probe(budget_w, own)
+                if probe is not None:
+                    pick, knob = probe
+                    self._floor_probed += 1
+                    why = f"a floor probe: the {_KNOB_NAMES[knob]} a level up"
             if pick is None:
                 pick = self._pick(budget_w, own)
             if pick is not None:
                 self._picks += 1
-                return Measure(self.mode_list[pick])
+                return Measure(self.mode_list[pick], why=why)
         return conclude(own, budget_w, PowerMode(*(a[0] for a in self.axes)))
 
     # -- predictions ----------------------------------------------------------------------
@@ -929,6 +1004,7 @@ class PowerTrain(Strategy):
 
 # --------------------------------------------------------------------------- numerics
 
+_KNOB_NAMES = ("core count", "CPU clock", "GPU clock", "memory clock")  # PowerMode's order
 _Z90 = 1.6448536  # a two-sided 90 % normal interval is +- this many sds (INTERVAL_COVERAGE)
 
 

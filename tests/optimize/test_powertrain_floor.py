@@ -1,0 +1,104 @@
+"""powertrain's floor probe in a budget change (Tuning.floor_probes): when the fastest
+measured modes that fit all hold one knob at one level while other knobs vary, the step
+waits on that knob, and a change measures one of them with the knob a level up, however
+little the fitted model (which learnt the knob from modes that did not wait on it) thinks
+that is worth."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from powerd.device.modespace import ModeSpace
+from powerd.modes import PowerMode
+from powerd.optimize.base import Commit, Measure, Measurement, Predictor
+from powerd.optimize.powertrain import PowerTrain
+
+SPACE = ModeSpace(
+    cores=[2, 4, 8],
+    cpu_khz=[1_000_000, 1_500_000, 2_000_000],
+    gpu_hz=[300_000_000, 600_000_000, 900_000_000],
+    emc_hz=[665_000_000, 2_133_000_000, 3_199_000_000],
+)
+BUDGET_W = 10.0
+LOW, MID = 665_000_000, 2_133_000_000
+
+
+def levels(modes: np.ndarray) -> np.ndarray:
+    """Each knob's index (0-2) along its axis."""
+    axes = [SPACE.cores, SPACE.cpu_khz, SPACE.gpu_hz, SPACE.emc_hz]
+    m = np.asarray(modes).reshape(-1, 4)
+    return np.stack([np.searchsorted(axes[j], m[:, j]) for j in range(4)], axis=1)
+
+
+class MemoryBlind(Predictor):
+    """Reads the memory clock as worth nothing to the step time and 1 W a level."""
+
+    def predict(self, modes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        k = levels(modes)
+        t = 50.0 + 25.0 * np.maximum(0, 3 - k[:, 1] - k[:, 2])
+        p = 4.0 + 0.25 * np.asarray(modes).reshape(-1, 4)[:, 0] + k[:, 1] + k[:, 2] + k[:, 3]
+        return t.astype(np.float64), p.astype(np.float64)
+
+
+def mode(cores: int, cpu_ghz: float, gpu_mhz: int, emc_hz: int = LOW) -> PowerMode:
+    return PowerMode(cores, int(cpu_ghz * 1_000_000), gpu_mhz * 1_000_000, emc_hz)
+
+
+def change(measured: dict[PowerMode, float], **tuning: float) -> Commit | Measure:
+    """The next action of a budget change at BUDGET_W whose measured modes (step time in
+    ms) drew the power MemoryBlind predicts."""
+    strategy = PowerTrain(SPACE, MemoryBlind, max_modes=50, rehearse_modes=0, **tuning)
+    assert strategy._reference_ready()
+    idx = np.array([list(m.as_tuple()) for m in measured])
+    _, p = MemoryBlind().predict(idx)
+    own = {m: Measurement(m, t, float(p[i])) for i, (m, t) in enumerate(measured.items())}
+    strategy._budget, strategy._first = BUDGET_W, False
+    strategy._limit = len(own) + 4
+    strategy.on_fitted(MemoryBlind())
+    strategy._fitted_on = frozenset(own)
+    strategy._scored = set(own)
+    strategy._misses_p = [0.1] * 12
+    return strategy.next_action(BUDGET_W, own)
+
+
+# the fastest four run within 2 % of each other over 2-8 cores, 1.5-2 GHz and 600-900 MHz:
+# the memory clock holds them back
+FLOOR = {
+    mode(2, 2.0, 900): 50.0,
+    mode(4, 1.5, 900): 50.5,
+    mode(8, 2.0, 600): 51.0,
+    mode(4, 2.0, 900): 49.8,
+    mode(2, 1.0, 300): 120.0,
+    mode(4, 1.0, 600): 95.0,
+    # the higher memory clock measured only where the step waits on the CPU and GPU
+    mode(2, 1.0, 300, MID): 119.0,
+}
+
+
+FLOOR_KNOBS = {m.as_tuple()[:3] for m, t in FLOOR.items() if t < 52.0}
+
+
+def probed(action: Commit | Measure) -> bool:
+    """Is `action` a floor mode with the memory clock a level up?"""
+    return (
+        isinstance(action, Measure)
+        and action.mode.emc_hz == MID
+        and action.mode.as_tuple()[:3] in FLOOR_KNOBS
+    )
+
+
+def test_a_floor_at_one_memory_clock_gets_a_probe_a_level_up() -> None:
+    action = change(FLOOR)
+    assert probed(action), action
+    assert action.why == "a floor probe: the memory clock a level up"  # the daemon logs it
+    _, p = MemoryBlind().predict(np.array([action.mode.as_tuple()]))
+    # the floor mode most likely to fit a level up: the least predicted power of them
+    ups = np.array([[*k, MID] for k in FLOOR_KNOBS])
+    assert p[0] == MemoryBlind().predict(ups)[1].min() <= BUDGET_W
+
+
+def test_no_probe_without_a_floor_or_when_off() -> None:
+    assert not probed(change(FLOOR, floor_probes=0))
+    # one mode clearly the fastest: no floor, nothing to probe
+    spread = {m: (t if t > 52.0 else 50.0 + 6.0 * i) for i, (m, t) in enumerate(FLOOR.items())}
+    assert not probed(change(spread))
