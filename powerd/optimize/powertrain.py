@@ -488,7 +488,7 @@ class PowerTrain(Strategy):
         return Measure(self.mode_list[pick], why=why)
 
     def _floor_probe(
-        self, budget_w: float, own: Mapping[PowerMode, Measurement]
+        self, budget_w: float, own: Mapping[PowerMode, Measurement], corrected: Corrected
     ) -> tuple[int, int] | None:
         """(mode, knob): a mode of the floor the fastest fitting measured modes share, with
         the knob they all hold a level up (see `floor_probes`); None without such a floor
@@ -508,7 +508,7 @@ class PowerTrain(Strategy):
         if len(floor) < 3:
             return None
         levels = [len(np.unique(floor[:, j])) for j in range(4)]
-        _, p, _, dp = self._corrected(own)
+        _, p, _, dp = corrected
         open_ = self._open(budget_w, own)
         best, best_prob = None, -1.0
         for j in range(4):
@@ -673,15 +673,16 @@ class PowerTrain(Strategy):
             return fit
         if room > 0 and self._picks < self._pick_cap:
             pick = self._explore(budget_w, own)
-            why = ""
+            why, corrected = "", None
             if pick is None and not self._first and self._floor_probed < self.cfg.floor_probes:
-                probe = self._floor_probe(budget_w, own)
+                corrected = self._corrected(own)  # once: the pick below reads it too
+                probe = self._floor_probe(budget_w, own, corrected)
                 if probe is not None:
                     pick, knob = probe
                     self._floor_probed += 1
                     why = f"a floor probe: the {_KNOB_NAMES[knob]} a level up"
             if pick is None:
-                pick = self._pick(budget_w, own)
+                pick = self._pick(budget_w, own, corrected=corrected)
             if pick is not None:
                 self._picks += 1
                 return Measure(self.mode_list[pick], why=why)
