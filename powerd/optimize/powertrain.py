@@ -19,7 +19,9 @@ the samples are shared, so a new budget re-uses everything measured for earlier 
               `floor_tol`) all hold one knob at one level while two other knobs vary,
               that knob is what holds them back (a floor, e.g. the memory clock): measure
               one of them with that knob a level up, the one most likely to fit, if its
-              chance is at least `floor_fit_prob` (`floor_probes` per change).
+              chance is at least `floor_fit_prob` (`floor_probes` per change); if none
+              has it, the mode predicted fastest with that knob a level up and the
+              others at or under a floor mode's (`floor_reach_prob`).
     picking   Score every unmeasured mode by its expected gain over the fastest measured
               mode that fits, times its chance to fit the budget, from the predictions
               corrected by the residuals of nearby measured modes and from the model's
@@ -253,6 +255,16 @@ class Tuning:
     floor_probes: int = 1
     floor_tol: float = 0.06
     floor_fit_prob: float = 0.1
+    # When no floor mode a level up has that chance (the reference reads the memory clock
+    # at up to 7 W a level, so near the budget none does), the probe reaches below the
+    # floor: of the modes with the knob a level up and every other knob at or under a
+    # floor mode's, the one predicted fastest with a chance to fit of at least
+    # floor_reach_prob. Replayed, raised 1 W at a time (docs/experiments.md, session 47),
+    # mean penalty 0 -> 0.3: ResNet-18 inference bs 1 seeds 0-7 2.3 -> 1.7 %, bs 16 seeds
+    # 0-3 4.7 -> 4.7 %, bs 4 seeds 0-3 8.8 -> 8.6 %, Orin Nano seeds 0-7 7.5 -> 7.7 %; in
+    # a mixed order within 0.2 points but bs 16 (1.3 -> 2.2 %, against regular rows -0.6
+    # -> 0.1 %). 0: off.
+    floor_reach_prob: float = 0.3
 
 
 # --------------------------------------------------------------------------- seed plan
@@ -489,10 +501,12 @@ class PowerTrain(Strategy):
 
     def _floor_probe(
         self, budget_w: float, own: Mapping[PowerMode, Measurement], corrected: Corrected
-    ) -> tuple[int, int] | None:
-        """(mode, knob): a mode of the floor the fastest fitting measured modes share, with
-        the knob they all hold a level up (see `floor_probes`); None without such a floor
-        or a candidate with the chance to fit."""
+    ) -> tuple[int, int, bool] | None:
+        """(mode, knob, reached): a mode of the floor the fastest fitting measured modes share, with
+        the knob they all hold a level up (see `floor_probes`); failing that, the reach:
+        the mode predicted fastest at that level among those under a floor member in
+        every other knob (`floor_reach_prob`). None without a floor or a candidate with
+        the chance to fit."""
         c = self.cfg
         timed = [
             m
@@ -502,32 +516,44 @@ class PowerTrain(Strategy):
         if len(timed) < 3:
             return None
         fastest = min(m.time_ms for m in timed)
-        floor = np.array(
-            [m.mode.as_tuple() for m in timed if m.time_ms <= fastest * (1.0 + c.floor_tol)]
-        )
+        floor = self.rank_idx[
+            [self.index[m.mode] for m in timed if m.time_ms <= fastest * (1.0 + c.floor_tol)]
+        ]
         if len(floor) < 3:
             return None
         levels = [len(np.unique(floor[:, j])) for j in range(4)]
-        _, p, _, dp = corrected
-        open_ = self._open(budget_w, own)
-        best, best_prob = None, -1.0
+        t, p, _, dp = corrected
+        usable = self._open(budget_w, own) & np.isfinite(p) & np.isfinite(t) & (t > 0)
+        best, best_prob, reach = None, -1.0, None
         for j in range(4):
             if levels[j] != 1 or sum(n > 1 for k, n in enumerate(levels) if k != j) < 2:
                 continue
-            axis = list(self.axes[j])
-            up = axis.index(int(floor[0, j])) + 1
-            if up >= len(axis):
+            up = int(floor[0, j]) + 1
+            if up >= len(self.axes[j]):
                 continue
+            at_up = usable & (self.rank_idx[:, j] == up)
             for row in floor:
-                knobs = [int(v) for v in row]
-                knobs[j] = axis[up]
-                i = self.index.get(PowerMode(*knobs))
-                if i is None or not open_[i] or not math.isfinite(p[i]):
+                knobs = row.copy()
+                knobs[j] = up
+                hit = np.flatnonzero(at_up & np.all(self.rank_idx == knobs, axis=1))
+                if hit.size == 0:  # measured, pruned, or no such mode on this board
                     continue
+                i = int(hit[0])
                 prob = float(norm_cdf((budget_w - p[i]) / dp[i]))
                 if prob > best_prob:
-                    best, best_prob = (i, j), prob
-        return best if best_prob >= c.floor_fit_prob else None
+                    best, best_prob = (i, j, False), prob
+            if reach is None and c.floor_reach_prob > 0:
+                # under a floor member in every other knob (its levels or below)
+                others = [k for k in range(4) if k != j]
+                under = np.any(
+                    np.all(self.rank_idx[:, None, others] <= floor[None, :, others], axis=2),
+                    axis=1,
+                )
+                cand = np.flatnonzero(at_up & under)
+                cand = cand[norm_cdf((budget_w - p[cand]) / dp[cand]) >= c.floor_reach_prob]
+                if cand.size:
+                    reach = (int(cand[np.argmin(t[cand])]), j, True)
+        return best if best_prob >= c.floor_fit_prob else reach
 
     def _refine_pick(
         self, budget_w: float, own: Mapping[PowerMode, Measurement], corrected: Corrected
@@ -678,9 +704,10 @@ class PowerTrain(Strategy):
                 corrected = self._corrected(own)  # once: the pick below reads it too
                 probe = self._floor_probe(budget_w, own, corrected)
                 if probe is not None:
-                    pick, knob = probe
+                    pick, knob, reached = probe
                     self._floor_probed += 1
                     why = f"a floor probe: the {_KNOB_NAMES[knob]} a level up"
+                    why += ", the other knobs lower" if reached else ""
             if pick is None:
                 pick = self._pick(budget_w, own, corrected=corrected)
             if pick is not None:

@@ -44,17 +44,27 @@ def mode(cores: int, cpu_ghz: float, gpu_mhz: int, emc_hz: int = LOW) -> PowerMo
     return PowerMode(cores, int(cpu_ghz * 1_000_000), gpu_mhz * 1_000_000, emc_hz)
 
 
-def change(measured: dict[PowerMode, float], **tuning: float) -> Commit | Measure:
+class MemoryCostly(MemoryBlind):
+    """MemoryBlind, but each level of memory clock reads 2 W more: no floor mode fits a level up."""
+
+    def predict(self, modes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        t, p = super().predict(modes)
+        return t, p + 2.0 * levels(modes)[:, 3]
+
+
+def change(
+    measured: dict[PowerMode, float], model: type[Predictor] = MemoryBlind, **tuning: float
+) -> Commit | Measure:
     """The next action of a budget change at BUDGET_W whose measured modes (step time in
-    ms) drew the power MemoryBlind predicts."""
-    strategy = PowerTrain(SPACE, MemoryBlind, max_modes=50, rehearse_modes=0, **tuning)
+    ms) drew the power `model` predicts."""
+    strategy = PowerTrain(SPACE, model, max_modes=50, rehearse_modes=0, **tuning)
     assert strategy._reference_ready()
     idx = np.array([list(m.as_tuple()) for m in measured])
-    _, p = MemoryBlind().predict(idx)
+    _, p = model().predict(idx)
     own = {m: Measurement(m, t, float(p[i])) for i, (m, t) in enumerate(measured.items())}
     strategy._budget, strategy._first = BUDGET_W, False
     strategy._limit = len(own) + 4
-    strategy.on_fitted(MemoryBlind())
+    strategy.on_fitted(model())
     strategy._fitted_on = frozenset(own)
     strategy._scored = set(own)
     strategy._misses_p = [0.1] * 12
@@ -102,3 +112,20 @@ def test_no_probe_without_a_floor_or_when_off() -> None:
     # one mode clearly the fastest: no floor, nothing to probe
     spread = {m: (t if t > 52.0 else 50.0 + 6.0 * i) for i, (m, t) in enumerate(FLOOR.items())}
     assert not probed(change(spread))
+
+
+def test_the_probe_reaches_below_the_floor_when_no_floor_mode_fits_a_level_up() -> None:
+    action = change(FLOOR, MemoryCostly)
+    assert isinstance(action, Measure) and action.mode.emc_hz == MID, action
+    assert action.why == "a floor probe: the memory clock a level up, the other knobs lower"
+    knobs = levels(np.array([action.mode.as_tuple()]))[0]
+    floor = levels(np.array([[*k, LOW] for k in FLOOR_KNOBS]))
+    # under one floor mode in every other knob, and not one of them a level up
+    assert any(np.all(knobs[:3] <= f[:3]) and np.any(knobs[:3] < f[:3]) for f in floor)
+    _, p = MemoryCostly().predict(np.array([action.mode.as_tuple()]))
+    assert p[0] <= BUDGET_W  # likely to fit, unlike every floor mode a level up
+    ups = np.array([[*k, MID] for k in FLOOR_KNOBS])
+    assert MemoryCostly().predict(ups)[1].min() >= BUDGET_W + 1.0
+    # off: no mode at the higher memory clock is worth measuring to the plain picks
+    off = change(FLOOR, MemoryCostly, floor_reach_prob=0)
+    assert not (isinstance(off, Measure) and off.mode.emc_hz == MID), off
