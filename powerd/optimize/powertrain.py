@@ -502,11 +502,11 @@ class PowerTrain(Strategy):
     def _floor_probe(
         self, budget_w: float, own: Mapping[PowerMode, Measurement], corrected: Corrected
     ) -> tuple[int, int, bool] | None:
-        """(mode, knob, reached): a mode of the floor the fastest fitting measured modes share, with
-        the knob they all hold a level up (see `floor_probes`); failing that, the reach:
-        the mode predicted fastest at that level among those under a floor member in
-        every other knob (`floor_reach_prob`). None without a floor or a candidate with
-        the chance to fit."""
+        """(mode, knob, reached): a mode of the floor the fastest fitting measured modes
+        share, with the knob they all hold a level up (see `floor_probes`); failing that
+        (reached), the mode predicted fastest at that level among those at or under a
+        floor mode in every other knob (`floor_reach_prob`). None without a floor or a
+        candidate with the chance to fit."""
         c = self.cfg
         timed = [
             m
@@ -524,7 +524,8 @@ class PowerTrain(Strategy):
         levels = [len(np.unique(floor[:, j])) for j in range(4)]
         t, p, _, dp = corrected
         usable = self._open(budget_w, own) & np.isfinite(p) & np.isfinite(t) & (t > 0)
-        best, best_prob, reach = None, -1.0, None
+        best, best_prob = None, -1.0
+        held: list[tuple[int, np.ndarray]] = []  # (knob, usable modes with it a level up)
         for j in range(4):
             if levels[j] != 1 or sum(n > 1 for k, n in enumerate(levels) if k != j) < 2:
                 continue
@@ -532,6 +533,7 @@ class PowerTrain(Strategy):
             if up >= len(self.axes[j]):
                 continue
             at_up = usable & (self.rank_idx[:, j] == up)
+            held.append((j, at_up))
             for row in floor:
                 knobs = row.copy()
                 knobs[j] = up
@@ -542,18 +544,20 @@ class PowerTrain(Strategy):
                 prob = float(norm_cdf((budget_w - p[i]) / dp[i]))
                 if prob > best_prob:
                     best, best_prob = (i, j, False), prob
-            if reach is None and c.floor_reach_prob > 0:
-                # under a floor member in every other knob (its levels or below)
-                others = [k for k in range(4) if k != j]
-                under = np.any(
-                    np.all(self.rank_idx[:, None, others] <= floor[None, :, others], axis=2),
-                    axis=1,
-                )
-                cand = np.flatnonzero(at_up & under)
-                cand = cand[norm_cdf((budget_w - p[cand]) / dp[cand]) >= c.floor_reach_prob]
-                if cand.size:
-                    reach = (int(cand[np.argmin(t[cand])]), j, True)
-        return best if best_prob >= c.floor_fit_prob else reach
+        if best_prob >= c.floor_fit_prob:
+            return best
+        if c.floor_reach_prob <= 0:
+            return None
+        for j, at_up in held:
+            others = [k for k in range(4) if k != j]
+            under = np.any(
+                np.all(self.rank_idx[:, None, others] <= floor[None, :, others], axis=2), axis=1
+            )
+            cand = np.flatnonzero(at_up & under)
+            cand = cand[norm_cdf((budget_w - p[cand]) / dp[cand]) >= c.floor_reach_prob]
+            if cand.size:
+                return int(cand[np.argmin(t[cand])]), j, True
+        return None
 
     def _refine_pick(
         self, budget_w: float, own: Mapping[PowerMode, Measurement], corrected: Corrected
