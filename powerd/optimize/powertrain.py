@@ -535,12 +535,11 @@ class PowerTrain(Strategy):
             at_up = usable & (self.rank_idx[:, j] == up)
             held.append((j, at_up))
             for row in floor:
-                knobs = row.copy()
-                knobs[j] = up
-                hit = np.flatnonzero(at_up & np.all(self.rank_idx == knobs, axis=1))
-                if hit.size == 0:  # measured, pruned, or no such mode on this board
+                levels_up = [*row[:j], up, *row[j + 1 :]]
+                knobs = (int(a[k]) for a, k in zip(self.axes, levels_up, strict=True))
+                i = self.index.get(PowerMode(*knobs))
+                if i is None or not at_up[i]:  # no such mode on this board, measured, pruned
                     continue
-                i = int(hit[0])
                 prob = float(norm_cdf((budget_w - p[i]) / dp[i]))
                 if prob > best_prob:
                     best, best_prob = (i, j, False), prob

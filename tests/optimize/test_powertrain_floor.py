@@ -11,7 +11,7 @@ import numpy as np
 from powerd.device.modespace import ModeSpace
 from powerd.modes import PowerMode
 from powerd.optimize.base import Commit, Measure, Measurement, Predictor
-from powerd.optimize.powertrain import PowerTrain
+from powerd.optimize.powertrain import PowerTrain, rank_index
 
 SPACE = ModeSpace(
     cores=[2, 4, 8],
@@ -26,8 +26,7 @@ LOW, MID = 665_000_000, 2_133_000_000
 def levels(modes: np.ndarray) -> np.ndarray:
     """Each knob's index (0-2) along its axis."""
     axes = [SPACE.cores, SPACE.cpu_khz, SPACE.gpu_hz, SPACE.emc_hz]
-    m = np.asarray(modes).reshape(-1, 4)
-    return np.stack([np.searchsorted(axes[j], m[:, j]) for j in range(4)], axis=1)
+    return rank_index(np.asarray(modes).reshape(-1, 4), axes)
 
 
 class MemoryBlind(Predictor):
