@@ -63,7 +63,7 @@ from powerd.sim.harness import EmulatedBoard, scaled_profiling  # noqa: E402
 from powerd.sim.job import run_training_job  # noqa: E402
 from powerd.sim.trace import Trace  # noqa: E402
 from powerd.store import Store  # noqa: E402
-from powerd_replay.machine import load_note  # noqa: E402
+from powerd_replay.machine import load_note, start_watch  # noqa: E402
 from powerd_replay.plots import BudgetOutcome, save_decisions_plot  # noqa: E402
 from powerd_replay.training import (  # noqa: E402
     TimeTargetResult,
@@ -153,7 +153,8 @@ def main() -> int:
     regime = "new workload per budget" if args.fresh else f"one workload, {args.order} order"
     rows = []
     bad = inconsistent_rows(trace)
-    print(load_note("at the start"), flush=True)
+    watch, note = start_watch()
+    print(note, flush=True)
     t_start = time.monotonic()
     with emulated_board(args, trace) as board:
         store = Store(board.state_dir)
@@ -244,7 +245,7 @@ def main() -> int:
         save_decisions_plot([r["outcome"] for r in rows], title, args.plot)
         print(f"plot:                     {args.plot}")
     print(f"wall time:                {time.monotonic() - t_start:.0f} s")
-    print(load_note("at the end (this benchmark included)", own=1.0))
+    print(load_note("at the end", own=1.0, watch=watch))
     return 0
 
 
@@ -287,7 +288,8 @@ def step_time_sweep(args, trace: Trace, budgets: list[float], length: str) -> in
     targets = time_targets(trace, budgets)
     cap_w = min(80.0, float(np.ceil(trace.power_w.max())) + 5.0)
     regular = ~inconsistent_rows(trace)
-    print(load_note("at the start"), flush=True)
+    watch, note = start_watch()
+    print(note, flush=True)
     t_start = time.monotonic()
     results: list[TimeTargetResult] = []
     decide_s: list[float] = []
@@ -376,7 +378,7 @@ def step_time_sweep(args, trace: Trace, budgets: list[float], length: str) -> in
         f"{max(decide_s):.1f} s (emulated, time scale {args.time_scale:g})"
     )
     print(f"wall time:                {time.monotonic() - t_start:.0f} s")
-    print(load_note("at the end (this benchmark included)", own=1.0))
+    print(load_note("at the end", own=1.0, watch=watch))
     return 0
 
 

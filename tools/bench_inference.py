@@ -60,7 +60,7 @@ from powerd_replay.inference import (
     solve_session,
     summarise,
 )
-from powerd_replay.machine import load_note
+from powerd_replay.machine import load_note, start_watch
 
 INFER = {
     "resnet18": TRACE_DIR / "orin_agx_resnet18_imagenet_infer.csv",
@@ -1086,18 +1086,20 @@ def main() -> None:
             f"time scale {args.scale:g}, training modes {args.train_modes}, joint probes "
             f"<= {args.max_pairs}):"
         )
-        print(load_note("at the start"), flush=True)
+        watch, note = start_watch()
+        print(note, flush=True)
         interleaved_daemon(args.scale, args.max_pairs, args.train_modes, args.daemon_log)
-        print(load_note("at the end (this benchmark included)", own=1.0))
+        print(load_note("at the end", own=1.0, watch=watch))
         return
     if args.daemon:
         print(
             f"held-out MobileNet v3 inference through the real daemon (emulated Orin AGX, "
             f"time scale {args.scale:g}, max_pairs {args.max_pairs}):"
         )
-        print(load_note("at the start"), flush=True)
+        watch, note = start_watch()
+        print(note, flush=True)
         through_daemon(args.scale, args.max_pairs, args.quick, args.daemon_log)
-        print(load_note("at the end (this benchmark included)", own=1.0))
+        print(load_note("at the end", own=1.0, watch=watch))
         return
     methods = ("infer-ref", "train-head") if args.compare_priors else ("infer-ref",)
     for method in () if args.interleave_only else methods:
