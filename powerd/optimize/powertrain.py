@@ -52,8 +52,7 @@ ridge transfer, tools/strategy_replay.py; the figures behind each are in docs/ex
 * a refit does not learn from aborted (over-budget) windows the way a measurement does: the
   residual correction here uses their power, and a mode at or above (in every knob) one
   measured over the budget is not proposed again, so a sweep cannot spend its room on
-  over-budget picks (a window cut short under a lower budget, which stops on a high
-  reading, counts only when it read more than `abort_doubt_w` over this one);
+  over-budget picks;
 * a low budget's seeds can all hold a knob at one level (Orin Nano at 10 W: 2 cores); the
   refit then has no evidence of that knob, and the reference's effect, from another board,
   decides whether any pick tries another level: one measured mode there settles it;
@@ -266,24 +265,6 @@ class Tuning:
     # a mixed order within 0.2 points but bs 16 (1.3 -> 2.2 %, against regular rows -0.6
     # -> 0.1 %). 0: off.
     floor_reach_prob: float = 0.3
-    # A window cut short over a lower budget (more than the profiler's abort margin over
-    # it) read at most this much over the current budget: noise and the abort's own
-    # selection (it stops on a high reading) may have put it there, so the mode is open to
-    # a pick again and the modes at or above it in every knob are not pruned. Pruned on
-    # such a reading, budgets raised 1 W at a time lost the modes just under each new
-    # budget: ResNet-18 inference bs 16 (seed 3, mixed order) read 4c/422/318/665 at
-    # 17.07 W cut short under 16 W (16.46 W true), and at 17 W every mode at or above it
-    # was pruned, 4c/422/522/665 (16.27 W, 233.6 ms) among them: the pin took 406.2 ms.
-    # 0.4 W: twice the power noise, as remeasure_w. Replayed with 30 modes of refine room
-    # (docs/experiments.md, session 48), mean penalty 0 -> 0.4 W: raised 1 W at a time,
-    # ResNet-18 inference bs 4 seeds 0-3 8.6 -> 6.8 %, 4-7 9.4 -> 8.9 %, bs 16 seeds 0-3
-    # 4.7 -> 4.4 %, 4-7 4.7 -> 4.4 %, bs 1 seeds 0-7 1.7 -> 1.8 %, Orin Nano seeds 0-7
-    # 7.7 -> 7.9 % (median 5.0 -> 3.4 %), MobileNet v3 training seeds 0-3 11.6 -> 11.4 %;
-    # in a mixed order bs 16 seeds 0-3 3.1 -> 2.6 % (worst against regular rows 22.6 ->
-    # 6.9 %), MobileNet 10.5 -> 9.8 %, bs 1, bs 4 and the Nano within 0.1 points; a new
-    # workload per budget and the step-time objective unchanged. 0: off (any reading over
-    # the budget prunes).
-    abort_doubt_w: float = 0.4
 
 
 # --------------------------------------------------------------------------- seed plan
@@ -968,17 +949,13 @@ class PowerTrain(Strategy):
     # -- picking ------------------------------------------------------------------------
     def _open(self, budget_w: float, own: Mapping[PowerMode, Measurement]) -> np.ndarray:
         """Modes worth measuring under this budget: unmeasured (or aborted under a lower
-        budget, read within or `abort_doubt_w` over this one), not at/above (every knob) a
-        mode measured over the budget, and not
+        budget), not at/above (every knob) a mode measured over the budget, and not
         at/below a mode measured within it (power and time are monotone enough in every
         knob for this pruning; it keeps a biased power model from re-proposing the region
         it just got wrong)."""
         open_ = np.ones(len(self.mode_list), dtype=bool)
-        doubt_w = self.cfg.abort_doubt_w
         for mode, m in own.items():
-            if needs_remeasure(m, budget_w) or (
-                m.aborted_over_budget and m.power_w <= budget_w + doubt_w
-            ):
+            if needs_remeasure(m, budget_w):
                 continue
             i = self.index[mode]
             open_[i] = False
