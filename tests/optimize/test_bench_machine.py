@@ -95,16 +95,23 @@ def test_cpu_watch_counts_only_work_outside_the_benchmarks_process_tree(proc):
     assert watch.other_share() == pytest.approx(300 / 2000)
 
 
-def test_a_decaying_load_average_no_longer_calls_an_idle_machine_loaded(proc, monkeypatch):
-    # a sweep just before left the 1-minute load at 1.9; nothing else runs now
-    monkeypatch.setattr(machine.os, "getloadavg", lambda: (1.9, 1.2, 1.0))
+def a_second_of_other_work(proc: FakeProc, ticks: int) -> machine.CpuWatch:
+    """A watch on the benchmark (pid 10, idle) over a second in which other work spent
+    `ticks` of the 2 cores' 200."""
     proc.procs = {10: ("py", 1, 0)}
     proc.write()
     watch = machine.CpuWatch(proc.root, root=10)
     watch.start()
     proc.clock["t"] += 1.0
-    proc.busy += 10  # 5 % of the cores' time, all of it other work
+    proc.busy += ticks
     proc.write()
+    return watch
+
+
+def test_a_decaying_load_average_no_longer_calls_an_idle_machine_loaded(proc, monkeypatch):
+    # a sweep just before left the 1-minute load at 1.9; nothing else runs now
+    monkeypatch.setattr(machine.os, "getloadavg", lambda: (1.9, 1.2, 1.0))
+    watch = a_second_of_other_work(proc, 10)  # 5 % of the cores' time
     note = machine.load_note("at the start", watch=watch)
     assert "other work used 5 %" in note
     assert "LOADED" not in note
@@ -112,13 +119,7 @@ def test_a_decaying_load_average_no_longer_calls_an_idle_machine_loaded(proc, mo
 
 def test_other_work_over_a_quarter_of_the_cores_is_called_loaded(proc, monkeypatch):
     monkeypatch.setattr(machine.os, "getloadavg", lambda: (0.2, 0.2, 0.2))
-    proc.procs = {10: ("py", 1, 0)}
-    proc.write()
-    watch = machine.CpuWatch(proc.root, root=10)
-    watch.start()
-    proc.clock["t"] += 1.0
-    proc.busy += 120  # 60 %
-    proc.write()
+    watch = a_second_of_other_work(proc, 120)  # 60 %
     assert "LOADED" in machine.load_note("at the end", own=1.0, watch=watch)
 
 
