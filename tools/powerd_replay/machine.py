@@ -26,6 +26,8 @@ _WARNING = (
     " -- LOADED: other work competes with the emulated jobs for the cores; "
     "step times (and so the figures) are not the trace's. Rerun on an idle machine."
 )
+# What reading /proc can raise where it is missing or not Linux's
+_UNREADABLE = (OSError, ValueError, IndexError)
 
 
 def _busy_ticks(proc: Path) -> int:
@@ -113,7 +115,7 @@ def load_note(when: str, own: float = 0.0, watch: CpuWatch | None = None) -> str
     if watch is not None:
         try:
             share = watch.other_share()
-        except (OSError, ValueError, RuntimeError, IndexError):
+        except (*_UNREADABLE, RuntimeError):  # RuntimeError: a watch never started
             line += "; other work's CPU time unknown"
         else:
             line += f"; other work used {100 * share:.0f} % of the cores' time"
@@ -122,15 +124,15 @@ def load_note(when: str, own: float = 0.0, watch: CpuWatch | None = None) -> str
 
 
 def start_watch(when: str = "at the start", settle_s: float = 1.0) -> tuple[CpuWatch, str]:
-    """A CpuWatch started now, and the start's note: other work over the next `settle_s`
-    (before the benchmark starts its own daemon and jobs)."""
-    probe = CpuWatch()
-    try:
-        probe.start()
-    except (OSError, ValueError, IndexError):
-        return probe, load_note(when)
-    time.sleep(settle_s)
-    note = load_note(when, watch=probe)
+    """A watch for the run, and the start's note: other work over the next `settle_s`
+    (before the benchmark starts its own daemon and jobs), read by that same watch before
+    it starts again for the run."""
     watch = CpuWatch()
+    try:
+        watch.start()
+    except _UNREADABLE:
+        return watch, load_note(when)
+    time.sleep(settle_s)
+    note = load_note(when, watch=watch)
     watch.start()
     return watch, note
