@@ -801,7 +801,11 @@ class ControlLoop:
             return fut
         # a copy: the control path keeps owning the live samples while the fit runs
         return self.fit_executor.submit(
-            self.fitting.fit, workload.name, dict(workload.samples), workload.persistent
+            self.fitting.fit,
+            workload.name,
+            dict(workload.samples),
+            workload.persistent,
+            self.device.space.as_array(),
         )
 
     def _persist(self, workload: WorkloadState) -> None:

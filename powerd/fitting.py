@@ -10,6 +10,8 @@ import threading
 import time
 from pathlib import Path
 
+import numpy as np
+
 from powerd.config import Config
 from powerd.modes import PowerMode
 from powerd.optimize.base import Measurement, Predictor
@@ -47,22 +49,37 @@ class Fitting:
     def model_dir(self, workload: str) -> Path:
         return self.store.workload_dir(self.board_key, workload) / "model"
 
-    def fit(self, workload: str, samples: dict[PowerMode, Measurement], persist: bool) -> Predictor:
-        """Fit `workload` to its samples (runs on the fit executor)."""
+    def fit(
+        self,
+        workload: str,
+        samples: dict[PowerMode, Measurement],
+        persist: bool,
+        domain: np.ndarray | None = None,
+    ) -> Predictor:
+        """Fit `workload` to its samples (runs on the fit executor). `domain`: the board's
+        modes, over which the fit checks how its power heads extrapolate."""
         from powerd.predictor.transfer import fit_workload
 
         fp = fit_workload(
-            samples, self.reference(), python=self.cfg.fit.python, method=self.cfg.fit.method
+            samples,
+            self.reference(),
+            python=self.cfg.fit.python,
+            method=self.cfg.fit.method,
+            domain=domain,
         )
         s = fp.stats
+        strayed = s.extra.get("power_physical_strayed")
         log.info(
-            "fitted %s on %d samples with %s in %.2f s (leave-one-out MAPE: time %s, power %s)%s",
+            "fitted %s on %d samples with %s in %.2f s (leave-one-out MAPE: time %s, power %s)%s%s",
             workload,
             len(samples),
             fp.method,
             s.seconds,
             _pct(s.time_loo_mape),
             _pct(s.power_loo_mape),
+            f"; power terms left out: {strayed:g}x the rescaled reference at a mode"
+            if strayed
+            else "",
             f"; torch worker not used: {s.fallback_reason}" if s.fallback_reason else "",
         )
         if persist:

@@ -165,7 +165,7 @@ def interleaved(quick: bool, train_refine: int = 0) -> None:
             b,
             base,
             measurer,
-            lambda s: fit_workload(s, ref, method="ridge"),
+            lambda s: fit_workload(s, ref, method="ridge", domain=train.modes_array),
             refine_room=train_refine,
         )
         alone[b] = commit.mode
@@ -183,7 +183,7 @@ def interleaved(quick: bool, train_refine: int = 0) -> None:
         key = frozenset(samples)
         if key not in fitted:
             fitted.clear()
-            fitted[key] = fit_ridge(samples, ref) if samples else ref
+            fitted[key] = fit_ridge(samples, ref, domain=train.modes_array) if samples else ref
         return fitted[key]
 
     for name, path in INFER.items():

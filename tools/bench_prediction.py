@@ -113,7 +113,7 @@ def strategy_sets(trace: Trace, ref: ReferenceModel, opts: RidgeOptions, seed: i
     measurer = TraceMeasurer(trace, NoiseModel(seed=seed))
 
     def fitter(samples):
-        return fit_ridge(samples, ref, opts)
+        return fit_ridge(samples, ref, opts, trace.modes_array)
 
     for b in own_range_budgets(trace):
         strategy = make_strategy("powertrain", space, predictor_factory=lambda: ref)
@@ -157,11 +157,11 @@ def fit_seconds(ref: ReferenceModel, trace: Trace, opts: RidgeOptions, k: int = 
     modes = trace.modes_array
     idx = select_modes("grid", modes, k, seed=0)
     s = Samples(modes[idx], trace.time_ms[idx], trace.power_w[idx])
-    fit_ridge(s, ref, opts)
+    fit_ridge(s, ref, opts, modes)
     runs = []
     for _ in range(5):
         t0 = time.perf_counter()
-        fp = fit_ridge(s, ref, opts)
+        fp = fit_ridge(s, ref, opts, modes)
         fp.predict_interval(modes)
         runs.append(time.perf_counter() - t0)
     return f"{1000 * statistics.median(runs):.0f} ms"
@@ -247,7 +247,10 @@ def main() -> int:
                         transfer.INTERVAL_GROWTH, transfer.INTERVAL_GROWTH_POWER = g[:2]
                         if len(g) > 2:
                             transfer.INTERVAL_EXTRAPOLATION = tuple(g[2:4])
-                        rows = [judge(fit_ridge(s, ref, opts), trace, b) for b, s in sets]
+                        rows = [
+                            judge(fit_ridge(s, ref, opts, trace.modes_array), trace, b)
+                            for b, s in sets
+                        ]
                         col = {key: [r[key] for r in rows] for key in rows[0]}
                         kk = (
                             f"{np.mean(col['n']):.0f}"

@@ -79,8 +79,11 @@ def predictor_pair(kind: str, trace: Trace, seed: int, ridge: Sequence[str] = ()
 
         ref = ReferenceModel.load()
         opts = RidgeOptions(**knob_values(ridge))
+        domain = GridSpace.from_trace(trace).as_array()
         return (lambda: ref), (
-            lambda samples: fit_workload(samples, ref, method="ridge", ridge_options=opts)
+            lambda samples: fit_workload(
+                samples, ref, method="ridge", ridge_options=opts, domain=domain
+            )
         )
     oracle = NoisyOracle(trace, time_err=0.10, power_err=0.05, jitter=0.02, seed=seed)
     return (lambda: oracle), RidgeFitter(oracle, [trace.axis(f) for f in FIELDS])

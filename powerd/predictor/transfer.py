@@ -269,6 +269,17 @@ class RidgeOptions:
     # 1: the power terms include the per-step ones (features.PHYSICAL_POWER_PER_STEP, each
     # divided by the fitted step time); 0: clock terms only (the form before session 24).
     power_per_step: int = 1
+    # "auto" (and the overall blend) keep the physical power head only while, over every
+    # mode the fit will be asked about (the `domain` of fit_ridge; none given: no check),
+    # it predicts at most this factor times the ridge head (0: no check). Its terms have
+    # non-negative weights and rise with every clock, so fitted to samples that held a
+    # clock low, the curvature they read into noise can only extrapolate upwards: Orin
+    # Nano, the first 12-20 samples of budgets raised from 9 W (CPU at 268-576 MHz) read
+    # 6 cores at 1.5 GHz at 48-56 W (14 W true; every mode 72-100 % off) where the ridge
+    # head, on the reference's shape, stayed within 25 W. Only upwards: the ridge head
+    # can overshoot too (ResNet-18 inference at batch size 1: 43 W at the top, 26.9 W
+    # true, where the physical head was 3 % off over every mode).
+    power_domain_ratio: float = 1.5
 
 
 @dataclass
@@ -868,13 +879,15 @@ def fit_heads(
     s: Samples,
     reference_meta: dict[str, Any],
     options: RidgeOptions | None = None,
+    domain: tuple[np.ndarray, Embedding] | None = None,
 ) -> tuple[Head, Head, FitStats, Samples, Head | None]:
     """The ridge refit proper, on the reference's outputs `e` for the sample modes (rows of
     `e` match `s`). Separate from :func:`fit_ridge` so that an evaluation that refits many
     times over one mode space can embed every mode once. Returns the heads, their stats,
     the samples the power head was fitted to (`s` with the power floors it broke taken as
     measured, see :func:`with_power_floors`) and the overall power head (None: the power
-    head serves both; see RidgeOptions.overall_blend)."""
+    head serves both; see RidgeOptions.overall_blend). `domain`: (modes, their embedding),
+    the modes the fit will predict (see RidgeOptions.power_domain_ratio)."""
     opts = options or RidgeOptions()
     scaler = reference_meta["models"]
     ti = np.flatnonzero(s.time_ok)
@@ -1076,6 +1089,10 @@ def fit_heads(
 
                 return fit
 
+            ratio = stray_ratio(fit_power, fit_physical_power, len(rows))
+            if ratio > opts.power_domain_ratio > 0:
+                strayed.append(ratio)
+                scores[1] = np.inf
             alpha = blend_weight(scores, opts.power_blend)
             if alpha is not None:
                 fit = blended(alpha)
@@ -1090,6 +1107,25 @@ def fit_heads(
                 overall = fit_overall
 
         return rows, target, _trimmed(fit, len(rows), p_floor, opts), alpha, overall
+
+    strayed: list[float] = []  # the ratios of physical heads left out for straying
+
+    def stray_ratio(ridge_fit: Any, physical_fit: Any, n: int) -> float:
+        """How many times the ridge head's prediction the physical power head, fitted to
+        all `n` power samples, predicts at its worst mode of the domain; 0 without a domain
+        or the check, inf where a prediction is not a positive number."""
+        if domain is None or opts.power_domain_ratio <= 0 or len(domain[0]) == 0:
+            return 0.0
+        modes, d = domain
+        t_dom = time_head.apply(d.time_y, d.time_h, modes) if opts.power_per_step else None
+        every = np.ones(n, dtype=bool)
+        heads = (ridge_fit(every)[0], physical_fit(every)[0])
+        ridge_w, phys_w = (h.apply(d.power_y, d.power_h, modes, t_dom) for h in heads)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratio = phys_w / ridge_w
+        if not np.all(np.isfinite(ratio) & (ratio > 0)):
+            return np.inf
+        return float(ratio.max())
 
     pi, p_target, (power_head, lam_p, loo_p, keep_p), blend, overall = fit_power_head(s)
     # Only the power head sees the floors (an aborted window has no time): refit it alone.
@@ -1143,6 +1179,8 @@ def fit_heads(
         stats.extra["power_blend"] = round(blend, 4)
     elif power_head.ref_transform == "physical-power":
         stats.extra["power_form"] = "physical"
+    if strayed:
+        stats.extra["power_physical_strayed"] = round(strayed[-1], 2)
     floors = int(np.sum(np.isfinite(s.power_min_w) & s.power_ok))
     if floors:
         stats.extra["power_floors"] = floors
@@ -1168,14 +1206,21 @@ def fit_ridge(
     samples: Samples | tuple | Mapping[PowerMode, Measurement],
     reference: ReferenceModel,
     options: RidgeOptions | None = None,
+    domain: np.ndarray | None = None,
 ) -> FittedPredictor:
-    """Closed-form refit of both last layers; see the module docstring."""
+    """Closed-form refit of both last layers; see the module docstring. `domain`: the
+    modes the fit will be asked about (the board's mode space), where given: the power
+    heads are checked over them (RidgeOptions.power_domain_ratio)."""
     t0 = time.perf_counter()
     s = Samples.coerce(samples)
     if len(s) == 0:
         raise ValueError("cannot fit a predictor without samples")
+    embedded = None
+    if domain is not None:
+        modes = validate_modes(domain)
+        embedded = (modes, reference.embed(modes))
     time_head, power_head, stats, s, overall = fit_heads(
-        reference.embed(s.modes), s, reference.meta, options
+        reference.embed(s.modes), s, reference.meta, options, embedded
     )
     tm, pm = reference.mlps()
     meta = {"method": "ridge", "reference": reference.model_id}
@@ -1271,6 +1316,7 @@ def fit_workload(
     ridge_options: RidgeOptions | None = None,
     worker_options: dict[str, Any] | None = None,
     timeout_s: float = WORKER_TIMEOUT_S,
+    domain: np.ndarray | None = None,
 ) -> FittedPredictor:
     """Fit a workload's predictor: what the daemon calls (off its event loop).
 
@@ -1279,14 +1325,15 @@ def fit_workload(
     then runs the worker with `python` (config ``[fit] python``; "" = this interpreter).
     The ridge fit is returned instead when fewer than MIN_TORCH_SAMPLES samples are usable,
     when that interpreter lacks torch, or when the worker fails or times out: ``fp.method``
-    says what ran and ``fp.stats.fallback_reason`` why not torch.
+    says what ran and ``fp.stats.fallback_reason`` why not torch. `domain`: the board's
+    mode space, as fit_ridge takes it.
     """
     if method not in METHODS:
         raise ValueError(f"unknown fit method {method!r}; expected one of {METHODS}")
     s = Samples.coerce(samples)
     if len(s) == 0:
         raise ValueError("cannot fit a predictor without samples")
-    ridge = fit_ridge(s, reference, ridge_options)
+    ridge = fit_ridge(s, reference, ridge_options, domain)
     if method == "ridge":
         return ridge
     s = ridge.samples  # with the power floors the ridge took as measured

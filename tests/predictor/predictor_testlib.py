@@ -14,6 +14,28 @@ AGX_MOBILENET = TRACES / "orin_agx_mobilenetv3_gld23k_train.csv"
 NANO_RESNET = TRACES / "orin_nano_resnet18_imagenet_train.csv"
 RESNET_INFER = TRACES / "orin_agx_resnet18_imagenet_infer.csv"
 
+# The 16 full windows an Orin Nano sweep had measured by its raised 11 W budget (budgets
+# raised 1 W at a time from 9 W, through the daemon; docs/experiments.md, session 49): the
+# CPU clock at 268-576 MHz of up to 1510, two and four of six cores.
+LOW_CORNER = [
+    (2, 268800, 306000000, 665600000),
+    (2, 422400, 306000000, 665600000),
+    (2, 268800, 510000000, 665600000),
+    (2, 268800, 306000000, 2133000000),
+    (2, 268800, 624750000, 665600000),
+    (2, 268800, 510000000, 2133000000),
+    (2, 268800, 624750000, 2133000000),
+    (2, 576000, 510000000, 665600000),
+    (2, 576000, 306000000, 665600000),
+    (2, 422400, 624750000, 2133000000),
+    (4, 268800, 306000000, 665600000),
+    (4, 268800, 510000000, 665600000),
+    (2, 422400, 510000000, 665600000),
+    (2, 422400, 624750000, 665600000),
+    (4, 268800, 624750000, 665600000),
+    (4, 268800, 510000000, 2133000000),
+]
+
 
 def mape(pred: np.ndarray, true: np.ndarray) -> float:
     return float(np.mean(np.abs(pred - true) / true) * 100)

@@ -11,7 +11,7 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-from predictor_testlib import TRACES, mape
+from predictor_testlib import LOW_CORNER, TRACES, mape
 
 from powerd.modes import PowerMode
 from powerd.predictor import physical
@@ -236,3 +236,27 @@ def test_a_blend_fit_is_the_same_in_the_graph_numpy_and_after_a_reload(
     back = FittedPredictor.load(fp.save(tmp_path / "fit"))
     np.testing.assert_array_equal(back.predict(modes)[1], fp.predict(modes)[1])
     assert back.stats.extra.get("power_form") == "blend"
+
+
+def test_a_physical_head_that_strays_over_the_domain_is_left_out(reference, nano) -> None:
+    row = {tuple(m): i for i, m in enumerate(nano.modes_array.tolist())}
+    idx = [row[m] for m in LOW_CORNER]
+    s = Samples(nano.modes_array[idx], nano.time_ms[idx], nano.power_w[idx])
+    blind = fit_ridge(s, reference)  # no domain: the block error alone chooses
+    checked = fit_ridge(s, reference, domain=nano.modes_array)
+    p_blind = blind.predict(nano.modes_array)[1]
+    p_checked = checked.predict(nano.modes_array)[1]
+    # Blind, the physical head wins the choice and reads the 1.5 GHz modes at ~3x their
+    # power; over the domain it strays from the ridge head, which stays within reach.
+    assert blind.stats.extra.get("power_form") == "physical"
+    assert p_blind.max() > 2.0 * nano.power_w.max()
+    assert "power_form" not in checked.stats.extra
+    assert checked.stats.extra["power_physical_strayed"] > RidgeOptions().power_domain_ratio
+    assert mape(p_checked, nano.power_w) < 0.5 * mape(p_blind, nano.power_w)
+    assert p_checked.max() < 1.3 * nano.power_w.max()
+    # the users' overall head (a blend) leaves the straying head out too
+    assert np.allclose(checked.predict_overall(nano.modes_array)[1], p_checked)
+    # with the check off, the domain changes nothing
+    off = replace(RidgeOptions(), power_domain_ratio=0.0)
+    same = fit_ridge(s, reference, off, domain=nano.modes_array)
+    assert np.allclose(same.predict(nano.modes_array)[1], p_blind)
