@@ -1132,6 +1132,7 @@ def fit_heads(
     lifted = with_power_floors(s, power_head.apply(e.power_y, e.power_h, s.modes, t_fit))
     if lifted is not s:
         s = lifted
+        strayed.clear()  # the refit's own check decides
         pi, p_target, (power_head, lam_p, loo_p, keep_p), blend, overall = fit_power_head(s)
     stats = FitStats(
         n_time=int(keep_t.sum()),
