@@ -999,10 +999,12 @@ def fit_heads(
 
     def fit_power_head(sp: Samples):
         """(power sample rows, their targets, the trimmed power fit, the physical head's
-        share when it blends the two heads, else None, and the overall head: a call
-        returning (its physical share, its trimmed fit), or None) of samples `sp`."""
+        share when it blends the two heads, else None, the overall head: a call returning
+        (its physical share, its trimmed fit), or None, and the ratio for which the physical
+        head was left out, else None; see stray_ratio) of samples `sp`."""
         alpha: float | None = None
         overall = None
+        strayed: float | None = None
         rows = np.flatnonzero(sp.power_ok)
         target = np.log(sp.power_w[rows]) if opts.power_log else sp.power_w[rows]
 
@@ -1091,7 +1093,7 @@ def fit_heads(
 
             ratio = stray_ratio(fit_power, fit_physical_power, len(rows))
             if ratio > opts.power_domain_ratio > 0:
-                strayed.append(ratio)
+                strayed = ratio
                 scores[1] = np.inf
             alpha = blend_weight(scores, opts.power_blend)
             if alpha is not None:
@@ -1106,9 +1108,8 @@ def fit_heads(
 
                 overall = fit_overall
 
-        return rows, target, _trimmed(fit, len(rows), p_floor, opts), alpha, overall
-
-    strayed: list[float] = []  # the ratios of physical heads left out for straying
+        trimmed = _trimmed(fit, len(rows), p_floor, opts)
+        return rows, target, trimmed, alpha, overall, strayed
 
     def stray_ratio(ridge_fit: Any, physical_fit: Any, n: int) -> float:
         """How many times the ridge head's prediction the physical power head, fitted to
@@ -1127,13 +1128,14 @@ def fit_heads(
             return np.inf
         return float(ratio.max())
 
-    pi, p_target, (power_head, lam_p, loo_p, keep_p), blend, overall = fit_power_head(s)
+    pi, p_target, (power_head, lam_p, loo_p, keep_p), blend, overall, strayed = fit_power_head(s)
     # Only the power head sees the floors (an aborted window has no time): refit it alone.
     lifted = with_power_floors(s, power_head.apply(e.power_y, e.power_h, s.modes, t_fit))
     if lifted is not s:
         s = lifted
-        strayed.clear()  # the refit's own check decides
-        pi, p_target, (power_head, lam_p, loo_p, keep_p), blend, overall = fit_power_head(s)
+        pi, p_target, (power_head, lam_p, loo_p, keep_p), blend, overall, strayed = fit_power_head(
+            s
+        )
     stats = FitStats(
         n_time=int(keep_t.sum()),
         n_power=int(keep_p.sum()),
@@ -1180,8 +1182,8 @@ def fit_heads(
         stats.extra["power_blend"] = round(blend, 4)
     elif power_head.ref_transform == "physical-power":
         stats.extra["power_form"] = "physical"
-    if strayed:
-        stats.extra["power_physical_strayed"] = round(strayed[-1], 2)
+    if strayed is not None:
+        stats.extra["power_physical_strayed"] = round(strayed, 2)
     floors = int(np.sum(np.isfinite(s.power_min_w) & s.power_ok))
     if floors:
         stats.extra["power_floors"] = floors
