@@ -1221,7 +1221,7 @@ def fit_ridge(
     embedded = None
     if domain is not None:
         modes = validate_modes(domain)
-        embedded = (modes, reference.embed(modes))
+        embedded = (modes, reference.embed_domain(modes))
     time_head, power_head, stats, s, overall = fit_heads(
         reference.embed(s.modes), s, reference.meta, options, embedded
     )

@@ -113,3 +113,25 @@ def test_bad_modes_rejected(reference: ReferenceModel) -> None:
         reference.predict(np.array([[4, 0, 624750000, 2133000000]]))
     t, p = reference.predict(np.zeros((0, 4), dtype=np.int64))
     assert t.shape == p.shape == (0,)
+
+
+def test_embed_domain_reuses_the_embedding_of_the_same_modes(corpus) -> None:
+    ref = ReferenceModel.load()  # its own cache, apart from the session's model
+    modes = corpus.modes_array[:300]
+    calls = []
+    embed = ref.embed
+    ref.embed = lambda m: calls.append(len(m)) or embed(m)  # type: ignore[method-assign]
+    first = ref.embed_domain(modes)
+    again = ref.embed_domain(modes.copy())  # equal content, another array
+    assert calls == [300] and again is first
+    np.testing.assert_array_equal(first.time_h, embed(modes).time_h)
+    with pytest.raises(ValueError):  # shared between fits: nobody may write into it
+        first.power_h[0, 0] = 1.0
+    # a changed mode space (a core count narrowed) is embedded anew; the oldest of more
+    # than DOMAINS_KEPT sets is dropped
+    other, third = corpus.modes_array[300:400], corpus.modes_array[400:450]
+    ref.embed_domain(other)
+    ref.embed_domain(third)
+    assert calls == [300, 100, 50]
+    ref.embed_domain(modes)
+    assert calls == [300, 100, 50, 300]
