@@ -13,7 +13,7 @@ import pytest
 from predictor_testlib import CORPUS, REPO, mape
 
 from powerd.predictor.onnx_graph import MLPWeights
-from powerd.predictor.reference import ReferenceModel
+from powerd.predictor.reference import DOMAINS_KEPT, ReferenceModel
 
 
 def test_no_torch_in_daemon_modules() -> None:
@@ -127,11 +127,12 @@ def test_embed_domain_reuses_the_embedding_of_the_same_modes(corpus) -> None:
     np.testing.assert_array_equal(first.time_h, embed(modes).time_h)
     with pytest.raises(ValueError):  # shared between fits: nobody may write into it
         first.power_h[0, 0] = 1.0
-    # a changed mode space (a core count narrowed) is embedded anew; the oldest of more
-    # than DOMAINS_KEPT sets is dropped
-    other, third = corpus.modes_array[300:400], corpus.modes_array[400:450]
+    # a changed mode space (a core count narrowed) is embedded anew, and only the last
+    # DOMAINS_KEPT sets are kept
+    assert DOMAINS_KEPT == 1
+    other = corpus.modes_array[300:400]
     ref.embed_domain(other)
-    ref.embed_domain(third)
-    assert calls == [300, 100, 50]
+    ref.embed_domain(other)
+    assert calls == [300, 100]
     ref.embed_domain(modes)
-    assert calls == [300, 100, 50, 300]
+    assert calls == [300, 100, 300]
