@@ -7,7 +7,6 @@ import hashlib
 import json
 import os
 import threading
-from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,8 +21,6 @@ from powerd.predictor.paths import find_model_dir
 
 TIME_TARGET = "log_time_ms"
 POWER_TARGET = "power_w"
-# mode sets whose embedding embed_domain keeps: a daemon fits over one, its board's
-DOMAINS_KEPT = 1
 
 
 @dataclass(frozen=True)
@@ -66,8 +63,9 @@ class ReferenceModel(Predictor):
         # Identifies the exact reference a fitted predictor was derived from.
         self.model_id = hashlib.sha256(time_onnx + power_onnx).hexdigest()[:16]
         self._mlps: tuple[MLPWeights, MLPWeights] | None = None
-        self._domains: OrderedDict[tuple, Embedding] = OrderedDict()
-        self._domains_lock = threading.Lock()
+        # (key of the mode set, its embedding): embed_domain's one kept set
+        self._domain: tuple[tuple, Embedding] | None = None
+        self._domain_lock = threading.Lock()
         for name, data, want in (
             ("time", time_onnx, TIME_TARGET),
             ("power", power_onnx, POWER_TARGET),
@@ -120,24 +118,21 @@ class ReferenceModel(Predictor):
         )
 
     def embed_domain(self, modes: np.ndarray) -> Embedding:
-        """`embed` of a mode set that every fit sees again (the board's mode space), kept for
-        the last DOMAINS_KEPT such sets. Embedding a full Orin AGX grid (18,096 modes) took
-        150 ms of a 430 ms fit on the project's test machine; kept, it holds 74 MB (Orin
-        Nano, ~1,800 modes: 7 MB). The arrays returned are read-only: fits share them."""
+        """`embed` of the mode set every fit sees again (the board's mode space), kept until
+        another set is asked for: a daemon fits over one. Embedding a full Orin AGX grid
+        (18,096 modes) took 150 ms of a 434 ms fit plus prediction on the project's test
+        machine; kept, it holds 74 MB (Orin Nano, ~1,800 modes: 7 MB). The arrays returned
+        are read-only: fits share them."""
         m = np.ascontiguousarray(validate_modes(modes))
         key = (m.shape, hashlib.blake2b(m.tobytes(), digest_size=16).digest())
-        with self._domains_lock:
-            hit = self._domains.get(key)
-            if hit is not None:
-                self._domains.move_to_end(key)
-                return hit
+        with self._domain_lock:
+            if self._domain is not None and self._domain[0] == key:
+                return self._domain[1]
         e = self.embed(m)
         for a in (e.time_y, e.time_h, e.power_y, e.power_h):
             a.flags.writeable = False
-        with self._domains_lock:
-            self._domains[key] = e
-            while len(self._domains) > DOMAINS_KEPT:
-                self._domains.popitem(last=False)
+        with self._domain_lock:
+            self._domain = (key, e)
         return e
 
     def predict(self, modes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
