@@ -44,6 +44,7 @@ held-out (never used for tuning: its figures are the honest ones); see HELD_OUT.
 from __future__ import annotations
 
 import argparse
+import math
 import statistics
 import sys
 import time
@@ -223,6 +224,7 @@ def main() -> int:
         workloads = [trace.name]
         if args.fresh:
             workloads = [f"{trace.name}-{r['budget']:g}W" for r in rows]
+        measured = [m for w in workloads for m in store.load_samples(board_key, w).values()]
         if args.strategy == "powertrain" and rows:
             got = [prediction_mape(board.endpoint, trace, w, args.time_scale) for w in workloads]
             got = [g for g in got if g is not None]
@@ -240,6 +242,7 @@ def main() -> int:
     if not rows:
         return 1
     report(args, trace, budgets, rows, status, workloads, mape, int(bad.sum()))
+    print(measurement_error(trace, measured, args.time_scale))
     if args.plot:
         title = f"{trace.name} ({sample_label(trace.name)}), {regime}, {args.strategy}"
         save_decisions_plot([r["outcome"] for r in rows], title, args.plot)
@@ -452,6 +455,27 @@ def report(args, trace, budgets, rows, status, workloads, mape, n_bad) -> None:
         later_s = statistics.median(r["decide_s"] for r in rows[1:])
         line += f", after a change median {later_s:.1f} s"
     print(f"time to first committed mode: {line} (emulated, time scale {args.time_scale:g})")
+
+
+def measurement_error(trace: Trace, measured: list, time_scale: float) -> str:
+    """How far the daemon's stored measurements lie from the trace's values of the same
+    modes: the noise (and any bias) every fit and every interval has to live with."""
+    t_err, p_err = [], []
+    for m in measured:
+        row = trace.lookup(m.mode)
+        if math.isfinite(m.time_ms):
+            t_err.append(m.time_ms / (row.time_ms * time_scale) - 1)
+        if math.isfinite(m.power_w):
+            p_err.append(m.power_w / row.power_w - 1)
+    if not p_err:
+        return "measurements vs trace:    none stored"
+    t = np.asarray(t_err) * 100
+    pw = np.asarray(p_err) * 100
+    line = f"measurements vs trace:    {len(pw)} modes; power mean {pw.mean():+.1f} %, "
+    line += f"mean |error| {np.abs(pw).mean():.1f} %"
+    if len(t):
+        line += f"; time mean {t.mean():+.1f} %, mean |error| {np.abs(t).mean():.1f} %"
+    return line
 
 
 def prediction_mape(

@@ -13,6 +13,11 @@ and predict every mode of the trace (`powerctl predict` answers the same). Desig
             of the trace's own power range (powerd_replay.training: 2 % time / 0.2 W power
             noise, windows aborted 1 W over budget), fitted on what it measured; the
             daemon's `--fresh` case. Low budgets see only low-power modes.
+  mixed     one workload whose budget changes: a powertrain replay of the own-range budgets
+            in a shuffled order (powerd_replay.training.mixed_order, the noise seed's), each
+            budget measuring up to REFINE_ROOM more modes after its commit, as a job that
+            keeps training does; fitted on what it had measured after each budget (the
+            daemon's case without `--fresh`: many samples, most near the picks).
   grid      k modes by maximin coverage of the grid (powerd.predictor.sampling).
   front     k modes, half on the reference's predicted Pareto front, half coverage.
   low       k modes by maximin coverage of the modes in the lowest third of the trace's
@@ -63,6 +68,7 @@ from powerd_replay.training import (  # noqa: E402
     TraceMeasurer,
     is_held_out,
     load_trace,
+    mixed_order,
     own_range_budgets,
     solve_budget,
 )
@@ -74,6 +80,10 @@ TRACES = (
     ("orin_agx_mobilenetv3_gld23k_infer.csv", 1),
 )
 LOW_SHARE = 0.35
+# (relative sd of a step time, sd of a power reading in W) of the strategy and mixed
+# designs' measurements; --noise overrides
+NOISE = (NoiseModel.time_rel, NoiseModel.power_w)
+REFINE_ROOM = 30  # as the strategy replays tuned with (strategy_replay.py --refine 30)
 
 
 def judge(fp, trace: Trace, budget_w: float | None = None) -> dict[str, float]:
@@ -107,10 +117,10 @@ def _mean_or_dash(values: list[float]) -> str:
     return f"{np.mean(v[np.isfinite(v)]):6.1f}" if np.isfinite(v).any() else f"{'-':>6}"
 
 
-def strategy_sets(trace: Trace, ref: ReferenceModel, opts: RidgeOptions, seed: int):
+def strategy_sets(trace: Trace, ref: ReferenceModel, opts: RidgeOptions, seed: int, noise):
     """(budget, samples) of a fresh powertrain replay per own-range budget."""
     space = GridSpace.from_trace(trace)
-    measurer = TraceMeasurer(trace, NoiseModel(seed=seed))
+    measurer = TraceMeasurer(trace, NoiseModel(*noise, seed=seed))
 
     def fitter(samples):
         return fit_ridge(samples, ref, opts, trace.modes_array)
@@ -122,15 +132,37 @@ def strategy_sets(trace: Trace, ref: ReferenceModel, opts: RidgeOptions, seed: i
         yield b, samples
 
 
+def mixed_sets(trace: Trace, ref: ReferenceModel, opts: RidgeOptions, seed: int, noise):
+    """(budget, samples after it) along one powertrain workload whose budget changes."""
+    space = GridSpace.from_trace(trace)
+    measurer = TraceMeasurer(trace, NoiseModel(*noise, seed=seed))
+
+    def fitter(samples):
+        return fit_ridge(samples, ref, opts, trace.modes_array)
+
+    strategy = make_strategy("powertrain", space, predictor_factory=lambda: ref)
+    samples: dict = {}
+    for b in mixed_order(own_range_budgets(trace), seed):
+        solve_budget(strategy, b, samples, measurer, fitter, refine_room=REFINE_ROOM)
+        yield b, dict(samples)
+
+
 def sample_sets(
-    trace: Trace, ref: ReferenceModel, opts: RidgeOptions, design: str, k: int, seed: int
+    trace: Trace,
+    ref: ReferenceModel,
+    opts: RidgeOptions,
+    design: str,
+    k: int,
+    seed: int,
+    noise: tuple[float, float] = NOISE,
 ) -> list[tuple[float | None, Samples]]:
     """(budget, profiled samples) of one design and seed: strategy and under, one set per
     budget; the other designs, one set and no budget."""
     modes = trace.modes_array
-    if design == "strategy":
+    if design in ("strategy", "mixed"):
         out = []
-        for b, samples in strategy_sets(trace, ref, opts, seed):
+        sets = strategy_sets if design == "strategy" else mixed_sets
+        for b, samples in sets(trace, ref, opts, seed, noise):
             s = Samples.coerce(samples)
             if s.time_ok.sum() >= 2 and s.power_ok.sum() >= 2:
                 out.append((b, s))
@@ -185,6 +217,12 @@ def main() -> int:
         help="intervals growth_time:growth_power:extrapolation_time:extrapolation_power, "
         "several comma-separated to compare (default: the transfer's constants)",
     )
+    ap.add_argument(
+        "--noise",
+        metavar="TIME_REL:POWER_W",
+        help="measurement noise of the strategy and mixed designs (default "
+        f"{NOISE[0]:g}:{NOISE[1]:g}; the emulated daemon's readings are closer to 0.006:0.04)",
+    )
     ap.add_argument("--held-out", action="store_true", help="also the held-out trace")
     ap.add_argument("--only-held-out", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument(
@@ -196,6 +234,7 @@ def main() -> int:
         "--ridge", action="append", default=[], help="RidgeOptions override, e.g. power_log=1"
     )
     args = ap.parse_args()
+    noise = tuple(float(x) for x in args.noise.split(":")) if args.noise else NOISE
 
     growths = [
         tuple(float(x) for x in g.split(":")) for g in (args.growth or "").split(",") if g
@@ -239,8 +278,12 @@ def main() -> int:
         for tm in args.time_model.split(","):
             opts = replace(RidgeOptions(**knob_values(args.ridge)), time_model=tm)
             for design in args.designs.split(","):
-                for k in [0] if design == "strategy" else ks:
-                    sets = [s for sd in seeds for s in sample_sets(trace, ref, opts, design, k, sd)]
+                for k in [0] if design in ("strategy", "mixed") else ks:
+                    sets = [
+                        s
+                        for sd in seeds
+                        for s in sample_sets(trace, ref, opts, design, k, sd, noise)
+                    ]
                     if not sets:
                         continue
                     for g in growths:
@@ -254,7 +297,7 @@ def main() -> int:
                         col = {key: [r[key] for r in rows] for key in rows[0]}
                         kk = (
                             f"{np.mean(col['n']):.0f}"
-                            if design in ("strategy", "under")
+                            if design in ("strategy", "mixed", "under")
                             else str(k)
                         )
                         gg = " g=" + ":".join(f"{x:g}" for x in g) if len(growths) > 1 else ""

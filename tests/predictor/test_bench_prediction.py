@@ -41,3 +41,20 @@ def test_power_error_splits_at_the_budget(nano: Trace, reference) -> None:
     assert whole == pytest.approx(row["p_mape"])
     no_budget = bench_prediction.judge(fp, nano)
     assert np.isnan(no_budget["p_within"]) and np.isnan(no_budget["p_over"])
+
+
+def test_mixed_sets_are_one_workload_whose_samples_grow(nano: Trace, reference) -> None:
+    from itertools import islice
+
+    from powerd_replay.training import mixed_order
+
+    sets = list(
+        islice(bench_prediction.mixed_sets(nano, reference, RidgeOptions(), 0, (0.006, 0.05)), 3)
+    )
+    # the budgets in the seed's shuffled order, each set what had been measured after it:
+    # the earlier sets' modes, plus what the budget change (and its refine) added
+    assert [b for b, _ in sets] == mixed_order(own_range_budgets(nano), 0)[:3]
+    sizes = [len(s) for _, s in sets]
+    assert sizes[0] >= 10 and sizes[0] < sizes[1] < sizes[2]
+    for (_, before), (_, after) in zip(sets, sets[1:], strict=False):
+        assert set(before) < set(after)

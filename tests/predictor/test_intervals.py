@@ -118,3 +118,34 @@ def test_intervals_are_bounded_even_from_a_handful_of_samples(reference, mobilen
     assert np.all(np.isfinite(t_hi)) and np.all(t_lo > 0)
     assert np.max(np.log(t_hi / t)) <= INTERVAL_MAX_LOG + 1e-9
     assert np.max(np.log(p_hi / p)) <= INTERVAL_MAX_LOG + 1e-9
+
+
+def front_heavy_samples(trace, seed: int) -> Samples:
+    """What a workload has measured after many budget changes: a spread first profile, then
+    mostly the modes its picks went to (here the true front), read with little noise."""
+    from powerd.predictor.sampling import select_modes
+
+    order = np.argsort(trace.power_w)
+    front = order[np.minimum.accumulate(trace.time_ms[order]) == trace.time_ms[order]]
+    idx = np.union1d(select_modes("grid", trace.modes_array, 30, seed=seed), front)
+    rng = np.random.default_rng(seed)
+    t = trace.time_ms[idx] * (1 + 0.006 * rng.standard_normal(len(idx)))
+    p = trace.power_w[idx] * (1 + 0.002 * rng.standard_normal(len(idx)))
+    return Samples(trace.modes_array[idx], t, p)
+
+
+def test_power_intervals_hold_where_the_samples_crowd_the_front(reference, mobilenet) -> None:
+    # Most samples near the front and close to each other: their leave-one-out misses are
+    # small, the misses far from them are not. With the power intervals growing as fast as
+    # the time ones (INTERVAL_GROWTH_POWER 1) these held 84-91 % of the true powers (mean
+    # 87 %) on these three sets; at 2, 89-95 % (mean 92 %).
+    covers = []
+    for seed in range(3):
+        s = front_heavy_samples(mobilenet, seed)
+        assert len(s) > 150  # the front is most of it
+        _, _, _, _, p_lo, p_hi = fit_ridge(s, reference).predict_interval(
+            mobilenet.modes_array, overall=True
+        )
+        covers.append(np.mean((mobilenet.power_w >= p_lo) & (mobilenet.power_w <= p_hi)))
+    assert np.mean(covers) >= 0.9, covers
+    assert min(covers) >= 0.88, covers
