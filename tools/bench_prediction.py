@@ -84,6 +84,7 @@ LOW_SHARE = 0.35
 # designs' measurements; --noise overrides
 NOISE = (NoiseModel.time_rel, NoiseModel.power_w)
 REFINE_ROOM = 30  # as the strategy replays tuned with (strategy_replay.py --refine 30)
+REPLAYED = ("strategy", "mixed")  # designs that replay powertrain: one set per budget, no k
 
 
 def judge(fp, trace: Trace, budget_w: float | None = None) -> dict[str, float]:
@@ -117,14 +118,24 @@ def _mean_or_dash(values: list[float]) -> str:
     return f"{np.mean(v[np.isfinite(v)]):6.1f}" if np.isfinite(v).any() else f"{'-':>6}"
 
 
-def strategy_sets(trace: Trace, ref: ReferenceModel, opts: RidgeOptions, seed: int, noise):
-    """(budget, samples) of a fresh powertrain replay per own-range budget."""
-    space = GridSpace.from_trace(trace)
-    measurer = TraceMeasurer(trace, NoiseModel(*noise, seed=seed))
+def _replay_parts(
+    trace: Trace, ref: ReferenceModel, opts: RidgeOptions, seed: int, noise: tuple[float, float]
+):
+    """(mode space, measurer, fitter) of a powertrain replay on `trace`: the daemon's ridge
+    fit over the trace's modes, measurements with `noise` (time_rel, power_w)."""
 
     def fitter(samples):
         return fit_ridge(samples, ref, opts, trace.modes_array)
 
+    measurer = TraceMeasurer(trace, NoiseModel(*noise, seed=seed))
+    return GridSpace.from_trace(trace), measurer, fitter
+
+
+def strategy_sets(
+    trace: Trace, ref: ReferenceModel, opts: RidgeOptions, seed: int, noise: tuple[float, float]
+):
+    """(budget, samples) of a fresh powertrain replay per own-range budget."""
+    space, measurer, fitter = _replay_parts(trace, ref, opts, seed, noise)
     for b in own_range_budgets(trace):
         strategy = make_strategy("powertrain", space, predictor_factory=lambda: ref)
         samples: dict = {}
@@ -132,14 +143,11 @@ def strategy_sets(trace: Trace, ref: ReferenceModel, opts: RidgeOptions, seed: i
         yield b, samples
 
 
-def mixed_sets(trace: Trace, ref: ReferenceModel, opts: RidgeOptions, seed: int, noise):
+def mixed_sets(
+    trace: Trace, ref: ReferenceModel, opts: RidgeOptions, seed: int, noise: tuple[float, float]
+):
     """(budget, samples after it) along one powertrain workload whose budget changes."""
-    space = GridSpace.from_trace(trace)
-    measurer = TraceMeasurer(trace, NoiseModel(*noise, seed=seed))
-
-    def fitter(samples):
-        return fit_ridge(samples, ref, opts, trace.modes_array)
-
+    space, measurer, fitter = _replay_parts(trace, ref, opts, seed, noise)
     strategy = make_strategy("powertrain", space, predictor_factory=lambda: ref)
     samples: dict = {}
     for b in mixed_order(own_range_budgets(trace), seed):
@@ -159,7 +167,7 @@ def sample_sets(
     """(budget, profiled samples) of one design and seed: strategy and under, one set per
     budget; the other designs, one set and no budget."""
     modes = trace.modes_array
-    if design in ("strategy", "mixed"):
+    if design in REPLAYED:
         out = []
         sets = strategy_sets if design == "strategy" else mixed_sets
         for b, samples in sets(trace, ref, opts, seed, noise):
@@ -221,7 +229,7 @@ def main() -> int:
         "--noise",
         metavar="TIME_REL:POWER_W",
         help="measurement noise of the strategy and mixed designs (default "
-        f"{NOISE[0]:g}:{NOISE[1]:g}; the emulated daemon's readings are closer to 0.006:0.04)",
+        f"{NOISE[0]:g}:{NOISE[1]:g}; the emulated daemon's readings are closer to 0.006:0.05)",
     )
     ap.add_argument("--held-out", action="store_true", help="also the held-out trace")
     ap.add_argument("--only-held-out", action="store_true", help=argparse.SUPPRESS)
@@ -234,7 +242,14 @@ def main() -> int:
         "--ridge", action="append", default=[], help="RidgeOptions override, e.g. power_log=1"
     )
     args = ap.parse_args()
-    noise = tuple(float(x) for x in args.noise.split(":")) if args.noise else NOISE
+    noise = NOISE
+    if args.noise:
+        try:
+            noise = tuple(float(x) for x in args.noise.split(":"))
+        except ValueError:
+            noise = ()
+        if len(noise) != 2 or min(noise) < 0:
+            ap.error(f"--noise {args.noise!r}: two numbers >= 0, TIME_REL:POWER_W")
 
     growths = [
         tuple(float(x) for x in g.split(":")) for g in (args.growth or "").split(",") if g
@@ -278,7 +293,7 @@ def main() -> int:
         for tm in args.time_model.split(","):
             opts = replace(RidgeOptions(**knob_values(args.ridge)), time_model=tm)
             for design in args.designs.split(","):
-                for k in [0] if design in ("strategy", "mixed") else ks:
+                for k in [0] if design in REPLAYED else ks:
                     sets = [
                         s
                         for sd in seeds
@@ -296,9 +311,7 @@ def main() -> int:
                         ]
                         col = {key: [r[key] for r in rows] for key in rows[0]}
                         kk = (
-                            f"{np.mean(col['n']):.0f}"
-                            if design in ("strategy", "mixed", "under")
-                            else str(k)
+                            f"{np.mean(col['n']):.0f}" if design in (*REPLAYED, "under") else str(k)
                         )
                         gg = " g=" + ":".join(f"{x:g}" for x in g) if len(growths) > 1 else ""
                         print(

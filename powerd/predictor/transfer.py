@@ -338,10 +338,10 @@ MIN_INTERVAL_SAMPLES = 5
 # while the misses far from them are not; at 1 the power intervals held 79 % of
 # MobileNet training's true powers in such sets (bench_prediction's `mixed` design at
 # 0.006:0.05 noise; 67-74 % in daemon runs), at 2 88 %, with median half-widths 10 %
-# wider. Time stays at 1: its intervals set the search's
-# doubt (powertrain's interval_doubt_time), and both at 2 raised the Orin Nano's
-# mixed-order replay mean from 1.4 to 3.2 %; power's alone at 2 (they reach only the
-# long shots) left the replays within their seeds' spread (docs/experiments.md, session 51).
+# wider. Time stays at 1: its intervals set the search's doubt (powertrain's
+# interval_doubt_time), and both at 2 raised the Orin Nano's mixed-order replay mean from
+# 1.4 to 3.2 %; power's alone at 2 (they reach only the long shots) left the replays
+# within their seeds' spread (docs/experiments.md, session 51).
 INTERVAL_GROWTH = 1.0  # time
 INTERVAL_GROWTH_POWER = 2.0
 INTERVAL_EXTRAPOLATION = (0.5, 1.0)  # (time, power)
