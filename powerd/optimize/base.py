@@ -95,6 +95,11 @@ class Strategy(ABC):
         return None
 
 
+# how far the lowest mode's power may read over another mode's before it is in doubt: well
+# above the noise of a window's mean power
+FLOOR_DOUBT_W = 0.5
+
+
 def pooled_measurement(old: Measurement | None, new: Measurement) -> Measurement:
     """A mode measured again (Measure.pool): both windows' readings pooled (step-weighted
     means) when both ran to the end, so a second look narrows the noise instead of trading
@@ -149,12 +154,35 @@ def needs_remeasure(m: Measurement, budget_w: float) -> bool:
     return m.aborted_over_budget and m.power_w <= budget_w
 
 
+def floor_in_doubt(samples: Mapping[PowerMode, Measurement], lowest: PowerMode) -> bool:
+    """Is the lowest mode's reading worth a second window before a budget is called
+    infeasible on it? Yes when its window was cut short over the budget (a few readings,
+    just after the switch) or it read more than a higher mode beyond the noise: every knob
+    at its floor draws least on any board, so that window may have read something else, a
+    load burst at the switch or a sensor that had not caught up with it."""
+    m = samples.get(lowest)
+    if m is None or not math.isfinite(m.power_w):
+        return False
+    if m.aborted_over_budget:
+        return True
+    others = [s.power_w for k, s in samples.items() if k != lowest and math.isfinite(s.power_w)]
+    return bool(others) and m.power_w > min(others) + FLOOR_DOUBT_W
+
+
 def conclude(
-    samples: Mapping[PowerMode, Measurement], budget_w: float, lowest: PowerMode
+    samples: Mapping[PowerMode, Measurement],
+    budget_w: float,
+    lowest: PowerMode,
+    floor_rechecked: set[float] | None = None,
 ) -> Commit | Measure:
     """How a search ends: commit the fastest measured mode that fits; else make sure the
     lowest mode was measured and hold it if it fits (even without a usable time); else
-    commit the lowest-power mode measured, marked infeasible."""
+    commit the lowest-power mode measured, marked infeasible.
+
+    `floor_rechecked`: the budgets whose lowest mode got a second window because its
+    reading was in doubt (floor_in_doubt), kept by the strategy: once per budget, so that
+    one bad window does not call a budget infeasible, and a board that keeps reading so
+    still gets an answer."""
     best = best_within(samples, budget_w)
     if best is not None:
         return Commit(best.mode)
@@ -163,6 +191,14 @@ def conclude(
         return Measure(lowest)
     if fits(m, budget_w):
         return Commit(lowest)
+    if (
+        floor_rechecked is not None
+        and budget_w not in floor_rechecked
+        and floor_in_doubt(samples, lowest)
+    ):
+        floor_rechecked.add(budget_w)
+        why = f"again before calling the budget infeasible on {m.power_w:.2f} W"
+        return Measure(lowest, why=why)
     least = least_power(samples)
     return Commit(lowest if least is None else least.mode, feasible=False)
 

@@ -239,6 +239,7 @@ class BinarySearch(Strategy):
         self.exchange_rounds = exchange_rounds
         self.path = frontier_path(self.n)
         self._axis_sets = [frozenset(a) for a in self.axes]
+        self._floor_rechecked: set[float] = set()  # see powerd.optimize.base.conclude
 
     # -- the Strategy interface ------------------------------------------------------------
     def next_action(self, budget_w: float, samples: Mapping[PowerMode, Measurement]) -> Action:
@@ -254,7 +255,8 @@ class BinarySearch(Strategy):
     def conclude(self, budget_w: float, samples: Mapping[PowerMode, Measurement]) -> Action:
         """The end of the search (see powerd.optimize.base.conclude), over this space's modes."""
         own = {k: v for k, v in samples.items() if self.in_space(k)}
-        return conclude(own, budget_w, PowerMode(*(a[0] for a in self.axes)))
+        lowest = PowerMode(*(a[0] for a in self.axes))
+        return conclude(own, budget_w, lowest, self._floor_rechecked)
 
     def in_space(self, mode: PowerMode) -> bool:
         """Samples of modes outside the space (a narrowed config, an older store) are

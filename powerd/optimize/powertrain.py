@@ -408,6 +408,7 @@ class PowerTrain(Strategy):
         self._rehearse_at = 0  # where the next rehearsal starts in the budgets' order
         self._longshots = 0  # long shots measured for the current budget (refine)
         self._floor_probed = 0  # floor probes measured for the current budget change
+        self._floor_rechecked: set[float] = set()  # see powerd.optimize.base.conclude
         self._misses_t: list[float] = []  # log(measured / predicted), before it was measured
         self._misses_p: list[float] = []  # measured - predicted, W
         self._z_t: list[float] = []  # the same misses in sds of the fitted model's interval
@@ -716,7 +717,8 @@ class PowerTrain(Strategy):
             if pick is not None:
                 self._picks += 1
                 return Measure(self.mode_list[pick], why=why)
-        return conclude(own, budget_w, PowerMode(*(a[0] for a in self.axes)))
+        lowest = PowerMode(*(a[0] for a in self.axes))
+        return conclude(own, budget_w, lowest, self._floor_rechecked)
 
     # -- predictions ----------------------------------------------------------------------
     def _reference_ready(self) -> bool:
