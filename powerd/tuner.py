@@ -30,7 +30,7 @@ import statistics
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from powerd.modes import PowerMode
 from powerd.optimize.base import (
@@ -234,8 +234,9 @@ class Tuner:
                 return False
             if action.why:  # a pick with a reason of its own (a floor probe), not a plain one
                 log.info("%s %s: measuring %s, %s", w.name, self.goal, action.mode, action.why)
+            spec = replace(self.spec, abort_margin_w=math.inf) if action.full_window else self.spec
             self.window = ModeWindow(
-                action.mode, self.spec, self.budget_w, time.monotonic(), w.kind == "training"
+                action.mode, spec, self.budget_w, time.monotonic(), w.kind == "training"
             )
             self._pool = action.pool
             self.state = "measuring"

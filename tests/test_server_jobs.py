@@ -166,6 +166,59 @@ def test_an_infeasible_budget_is_not_tuned(board):
             st.stop()
 
 
+@pytest.fixture(params=["binary-search", "powertrain"])
+def either_strategy_board(request, nano_trace):
+    with EmulatedBoard(
+        "orin-nano", nano_trace, time_scale=TS, config=SLOW_OK, strategy=request.param
+    ) as b:
+        yield b
+
+
+def test_one_high_window_at_the_lowest_mode_does_not_make_a_budget_infeasible(
+    either_strategy_board,
+):
+    """Fails on the old daemon (a CI run of session 51): the first window at the lowest mode
+    read far more than that mode draws, was cut short, and a budget only that mode meets
+    was held infeasible for the rest of the job."""
+    board = either_strategy_board
+    trace = board.trace
+    powers = sorted(r.power_w for r in trace.rows)
+    budget = round((powers[0] + powers[1]) / 2, 2)  # only the lowest mode meets it
+    lowest = min(trace.rows, key=lambda r: r.power_w).mode
+    # The board draws the trace's highest power from its first arrival at the lowest mode
+    # until the daemon has logged that window (a burst, or a sensor that had not caught up).
+    board.emulator.set_load(
+        lambda mode: powers[-1] if mode == lowest else trace.lookup(mode).power_w
+    )
+    done = threading.Event()
+
+    def end_the_burst():
+        while not done.is_set():
+            if f"measured {lowest}:" in board.daemon_log.read_text():
+                board.emulator.set_load(None)
+                return
+            time.sleep(0.002)
+
+    watcher = threading.Thread(target=end_the_burst, daemon=True)
+    watcher.start()
+    try:
+        with powerd.request(budget_w=budget, workload="burst", endpoint=board.endpoint) as job:
+            st = Stepper(board, job)
+            try:
+                wait_for(lambda: job.feasible is not None, 90, "a decision", board)
+                assert job.feasible is True, board.log_tail()
+                assert job.phase == "tuned" and job.mode == lowest
+            finally:
+                st.stop()
+    finally:
+        done.set()
+        watcher.join()
+        board.emulator.set_load(None)
+    log = board.daemon_log.read_text()
+    assert f"measured {lowest}: nan ms/step" in log  # the first window, cut short
+    assert "again before calling the budget infeasible" in log
+
+
 # ---- re-plan only on a change that matters (#10 item 9) ---------------------------------------
 
 

@@ -43,6 +43,10 @@ class Measure:
     # what the measurement is for, for the logs ("": a pick for the budget in force); a
     # mode measured after the commit can be slower than the pinned one, and says why
     why: str = ""
+    # run the whole window even over the budget (no early stop): a second look at the
+    # lowest mode, where stopping early saves nothing (no mode draws less) and a window
+    # cut short just after the switch may read the previous mode's power again
+    full_window: bool = False
 
 
 @dataclass(frozen=True)
@@ -198,7 +202,7 @@ def conclude(
     ):
         floor_rechecked.add(budget_w)
         why = f"again before calling the budget infeasible on {m.power_w:.2f} W"
-        return Measure(lowest, why=why)
+        return Measure(lowest, why=why, full_window=True)
     least = least_power(samples)
     return Commit(lowest if least is None else least.mode, feasible=False)
 

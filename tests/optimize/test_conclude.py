@@ -28,8 +28,13 @@ HIGH = PowerMode(4, 400, 400, 400)
 
 
 def floor_again(action: object) -> bool:
-    """A second window at the lowest mode, saying why (for the daemon's log)."""
-    return isinstance(action, Measure) and action.mode == LOW and "infeasible" in action.why
+    """A second, whole window at the lowest mode, saying why (for the daemon's log)."""
+    return (
+        isinstance(action, Measure)
+        and action.mode == LOW
+        and action.full_window
+        and "infeasible" in action.why
+    )
 
 
 def aborted(mode: PowerMode, watts: float) -> Measurement:
