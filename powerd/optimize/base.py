@@ -99,11 +99,6 @@ class Strategy(ABC):
         return None
 
 
-# how far the lowest mode's power may read over another mode's before it is in doubt: well
-# above the noise of a window's mean power
-FLOOR_DOUBT_W = 0.5
-
-
 def pooled_measurement(old: Measurement | None, new: Measurement) -> Measurement:
     """A mode measured again (Measure.pool): both windows' readings pooled (step-weighted
     means) when both ran to the end, so a second look narrows the noise instead of trading
@@ -156,6 +151,11 @@ def needs_remeasure(m: Measurement, budget_w: float) -> bool:
     """An abort under a lower budget says nothing about the time: measure again when its
     power is within this budget. (A failed switch has power inf and is never retried.)"""
     return m.aborted_over_budget and m.power_w <= budget_w
+
+
+# how far the lowest mode's power may read over another mode's before it is in doubt: well
+# above the noise of a window's mean power
+FLOOR_DOUBT_W = 0.5
 
 
 def floor_in_doubt(samples: Mapping[PowerMode, Measurement], lowest: PowerMode) -> bool:

@@ -109,24 +109,24 @@ class FloorReadStale(TraceMeasurer):
         return super().measure(mode, budget_w)
 
 
-def strategies(trace: Trace):
+def strategy(trace: Trace, name: str):
+    """(strategy, fitter) of the replay: powertrain with the replay's stand-in predictor."""
     space = GridSpace.from_trace(trace)
+    if name == "binary-search":
+        return BinarySearch(space), None
     oracle = NoisyOracle(trace, time_err=0.10, power_err=0.05, jitter=0.02, seed=0)
     fitter = RidgeFitter(oracle, [trace.axis(f) for f in FIELDS])
-    return {
-        "binary-search": (BinarySearch(space), None),
-        "powertrain": (PowerTrain(space, lambda: oracle, max_modes=50), fitter),
-    }
+    return PowerTrain(space, lambda: oracle, max_modes=50), fitter
 
 
 @pytest.mark.parametrize("name", ["binary-search", "powertrain"])
 def test_one_stale_floor_reading_does_not_make_a_budget_infeasible(nano: Trace, name) -> None:
     powers = sorted(float(w) for w in nano.power_w)
     budget = round((powers[0] + powers[1]) / 2, 2)  # only the lowest mode meets it
-    strategy, fitter = strategies(nano)[name]
+    chosen, fitter = strategy(nano, name)
     measurer = FloorReadStale(nano, stale_w=float(nano.power_w.max()))
     samples: dict[PowerMode, Measurement] = {}
-    commit, _ = solve_budget(strategy, budget, samples, measurer, fitter)
+    commit, _ = solve_budget(chosen, budget, samples, measurer, fitter)
     assert measurer.stale_reads == 1
     assert commit.feasible, commit
     m = samples[commit.mode]
