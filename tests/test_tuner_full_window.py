@@ -36,7 +36,9 @@ def test_a_full_window_is_not_cut_short_over_the_budget():
     t.workload.strategy = strategy
     run_until(t, board, lambda: t.state == "tuned")
     first, second = strategy.looks
-    assert first.aborted_over_budget and math.isnan(first.time_ms)
+    # the usual window stops early over the budget (whether a step or two were timed
+    # before it did depends on how the ticks fall, so its time is not asserted)
+    assert first.aborted_over_budget
     assert not second.aborted_over_budget
     assert second.steps >= 3 and math.isfinite(second.time_ms)
     assert second.power_w > BUDGET_W + 1.0
