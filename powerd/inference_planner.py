@@ -142,6 +142,7 @@ class InferenceSamples:
                 "power_sd_w": m.power_sd_w,
                 "power_n": m.power_n,
                 "windows": m.windows,
+                "stopped": m.stopped,
             }
             for m in self._mem.get(name, {}).values()
             if math.isfinite(m.batch_ms) and math.isfinite(m.power_w)
@@ -172,6 +173,7 @@ class InferenceSamples:
                     None if sd is None else float(sd),
                     int(r.get("power_n", 0)),
                     max(1, int(r.get("windows", 1))),
+                    bool(r.get("stopped", False)),
                 )
         except (KeyError, TypeError, ValueError) as exc:
             log.error("ignoring corrupt inference samples of %s: %s", name, exc)
@@ -276,6 +278,7 @@ class PairWindow:
     spec: WindowSpec
     batches: list[tuple[float, float]] = field(default_factory=list)  # (start, end)
     cover: bool = False  # the pair covers the rate axis (see InferencePlanner._uncovered)
+    full_window: bool = False  # no early stop over the budget; replaces the pair's reading
     _no_tail: bool | None = None  # was the board within the abort limit before the switch?
     # batches of the settle: they time a pair stopped over the budget before its window
     settling: list[tuple[float, float]] = field(default_factory=list)
@@ -354,9 +357,14 @@ class PairWindow:
         the budget as much as any."""
         d = np.array([(e - s) * 1000.0 for s, e in self.batches or self.settling])
         if not len(d):
-            return PairMeasurement(self.pair, math.nan, power_w, None, 0)
+            return PairMeasurement(self.pair, math.nan, power_w, None, 0, stopped=True)
         return PairMeasurement(
-            self.pair, float(np.median(d)), power_w, float(np.percentile(d, 99)), len(d)
+            self.pair,
+            float(np.median(d)),
+            power_w,
+            float(np.percentile(d, 99)),
+            len(d),
+            stopped=True,
         )
 
     def measure(
@@ -598,12 +606,19 @@ class InferenceJobsPlanner:
         self._watch_rate(job, now)
         w = self.window
         if w is not None and self.window_job == job.spec.id:
-            over = self._over(w, now)
+            # a full window (the least pair's second look) is never cut short: nothing
+            # draws less, and a window cut short just after the switch is what misread
+            over = None if w.full_window else self._over(w, now)
             if over is not None:
                 self._record(job, w, now, " (stopped: over the budget)", over)
             elif w.ready(now):
-                self._record(job, w, now, " (covering the rate axis)" if w.cover else "")
-            elif w.clearly_over(self.hooks.power, self.budget_w, self.settings.sensor_lag_s):
+                how = " (covering the rate axis)" if w.cover else ""
+                if w.full_window:
+                    how = " (again, a full window, before calling the budget out of reach)"
+                self._record(job, w, now, how)
+            elif not w.full_window and w.clearly_over(
+                self.hooks.power, self.budget_w, self.settings.sensor_lag_s
+            ):
                 self._record(job, w, now, f" (over the budget: timed on {len(w.batches)} batches)")
             else:
                 return
@@ -613,7 +628,13 @@ class InferenceJobsPlanner:
             job.draining = False
             self._set(job, action.pair)
             self.window, self.window_job = (
-                PairWindow(action.pair, time.monotonic(), self.spec, cover=action.cover),
+                PairWindow(
+                    action.pair,
+                    time.monotonic(),
+                    self.spec,
+                    cover=action.cover,
+                    full_window=action.full_window,
+                ),
                 job.spec.id,
             )
             self.serving.pop(job.spec.id, None)
@@ -1152,7 +1173,7 @@ class InferenceJobsPlanner:
             if over_w is not None
             else w.measure(self.hooks.power, self.settings.sensor_lag_s)
         )
-        m = got if over_w is not None else pooled(job.samples.get(w.pair), got)
+        m = got if over_w is not None or w.full_window else pooled(job.samples.get(w.pair), got)
         job.samples[m.pair] = m
         job.session.measured(m.pair)
         self.store.save(job.spec.workload, job.spec.persistent)

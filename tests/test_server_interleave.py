@@ -715,6 +715,11 @@ def test_an_inference_job_that_runs_no_batch_leaves_training_in_its_own_mode(
                 assert first_true(
                     lambda: "ran a batch: interleaving it" in eb.daemon_log.read_text(), 5
                 ), eb.log_tail()
+                # the status follows at the end of that control tick (after the joint solve
+                # it starts), not with the log line
+                assert first_true(lambda: not eb.status()["tuner"].get("waiting_for_batches"), 5), (
+                    eb.log_tail()
+                )
                 # while batches keep coming (past rate_drift_s) the interleaving holds
                 t_end = time.monotonic() + 3.0
                 while time.monotonic() < t_end:

@@ -171,6 +171,7 @@ class PairMeasurement:
     power_sd_w: float | None = None  # spread of the single power readings behind power_w
     power_n: int = 0  # how many readings
     windows: int = 1  # measuring windows pooled into this reading
+    stopped: bool = False  # its window was cut short over the budget
 
     @property
     def tail_ms(self) -> float:
@@ -364,6 +365,25 @@ def least_mode_index(modes: np.ndarray) -> int:
     return int(np.lexsort(m.T[::-1])[0])
 
 
+# The least pair reading this much more than another pair measured is in doubt: it draws
+# the least at any mode on either inference trace (as optimize.base.FLOOR_DOUBT_W).
+FLOOR_DOUBT_W = 0.5
+
+
+def least_pair_in_doubt(samples: Mapping[Pair, PairMeasurement], least: Pair) -> bool:
+    """Is the least pair's reading worth a second, full window before a budget is called
+    out of reach on it? Yes when its window was cut short over the budget or it read more
+    than another pair beyond the noise: that window may have read a load burst at the
+    switch, or a sensor that had not caught up with it."""
+    m = samples.get(least)
+    if m is None or not math.isfinite(m.power_w):
+        return False
+    if m.stopped:
+        return True
+    others = [s.power_w for k, s in samples.items() if k != least and math.isfinite(s.power_w)]
+    return bool(others) and m.power_w > min(others) + FLOOR_DOUBT_W
+
+
 def least_pair_row(modes: np.ndarray, batch_sizes: Sequence[int]) -> int:
     """The row, in pair_grid's mode-major order, of the least pair: the least mode at the
     smallest batch size (at a mode, b=1 draws least at 98-100 % of the modes of both
@@ -382,6 +402,9 @@ class MeasurePair:
 
     pair: Pair
     cover: bool = False
+    # run the whole window, with no early stop over the budget, and let it replace the
+    # pair's reading (the least pair's second look before a budget is called out of reach)
+    full_window: bool = False
 
 
 @dataclass(frozen=True)
@@ -905,6 +928,9 @@ class InferenceSession:
         # measure new pairs at every swing; a little more search may still find a thin pair)
         self.unreachable: collections.deque[InferenceGoal] = collections.deque(maxlen=64)
         self._found_unreachable = False
+        # budgets whose least pair got its second look (least_pair_in_doubt): once each, so
+        # that a board that keeps reading high still gets an answer
+        self._floor_rechecked: set[float] = set()
 
     def _cover_pairs(self) -> int:
         return len(self.planner.batch_sizes) + COVER_EXTRA_PAIRS
@@ -913,6 +939,10 @@ class InferenceSession:
         action = self.planner.next_action(
             self.goal, samples, self.new_pairs, self._limit, self.cover_left, self._search
         )
+        if isinstance(action, ServePair) and not action.within_budget:
+            again = self._recheck_floor(samples)
+            if again is not None:
+                action = again
         self._covering = action.pair if isinstance(action, MeasurePair) and action.cover else None
         if isinstance(action, ServePair):
             self.served = action
@@ -920,6 +950,17 @@ class InferenceSession:
                 self._found_unreachable = True
                 self.unreachable.append(self.goal)
         return action
+
+    def _recheck_floor(self, samples: Mapping[Pair, PairMeasurement]) -> MeasurePair | None:
+        """Nothing measured fits the budget: the least pair once more, a full window, if
+        its reading is in doubt and this budget has not had that second look."""
+        planner = self.planner
+        least = planner.pair(least_pair_row(planner.modes, planner.batch_sizes))
+        budget = self.goal.budget_w
+        if budget in self._floor_rechecked or not least_pair_in_doubt(samples, least):
+            return None
+        self._floor_rechecked.add(budget)
+        return MeasurePair(least, full_window=True)
 
     def times_unreachable(self, goal: InferenceGoal) -> int:
         """How many goals this job was served infeasible that `goal` is at least as hard as."""
