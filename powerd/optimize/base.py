@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -158,16 +159,21 @@ def needs_remeasure(m: Measurement, budget_w: float) -> bool:
 FLOOR_DOUBT_W = 0.5
 
 
-def floor_in_doubt(samples: Mapping[PowerMode, Measurement], lowest: PowerMode) -> bool:
+def floor_in_doubt(
+    samples: Mapping[Any, Any],
+    lowest: Any,
+    cut_short: Callable[[Any], bool] = lambda m: m.aborted_over_budget,
+) -> bool:
     """Is the lowest mode's reading worth a second window before a budget is called
     infeasible on it? Yes when its window was cut short over the budget (a few readings,
     just after the switch) or it read more than a higher mode beyond the noise: every knob
     at its floor draws least on any board, so that window may have read something else, a
-    load burst at the switch or a sensor that had not caught up with it."""
+    load burst at the switch or a sensor that had not caught up with it. (Also for the
+    least inference pair, keyed by pair, with its own `cut_short`.)"""
     m = samples.get(lowest)
     if m is None or not math.isfinite(m.power_w):
         return False
-    if m.aborted_over_budget:
+    if cut_short(m):
         return True
     others = [s.power_w for k, s in samples.items() if k != lowest and math.isfinite(s.power_w)]
     return bool(others) and m.power_w > min(others) + FLOOR_DOUBT_W

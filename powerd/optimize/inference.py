@@ -76,6 +76,7 @@ import numpy as np
 
 from powerd.modes import PowerMode
 from powerd.optimize import rate_cover
+from powerd.optimize.base import floor_in_doubt
 from powerd.optimize.normal import norm_cdf
 
 DRAIN_FRACTION = 0.9  # t_inf <= 0.9 * b/r: the queue drains despite jitter
@@ -365,23 +366,11 @@ def least_mode_index(modes: np.ndarray) -> int:
     return int(np.lexsort(m.T[::-1])[0])
 
 
-# The least pair reading this much more than another pair measured is in doubt: it draws
-# the least at any mode on either inference trace (as optimize.base.FLOOR_DOUBT_W).
-FLOOR_DOUBT_W = 0.5
-
-
 def least_pair_in_doubt(samples: Mapping[Pair, PairMeasurement], least: Pair) -> bool:
     """Is the least pair's reading worth a second, full window before a budget is called
-    out of reach on it? Yes when its window was cut short over the budget or it read more
-    than another pair beyond the noise: that window may have read a load burst at the
-    switch, or a sensor that had not caught up with it."""
-    m = samples.get(least)
-    if m is None or not math.isfinite(m.power_w):
-        return False
-    if m.stopped:
-        return True
-    others = [s.power_w for k, s in samples.items() if k != least and math.isfinite(s.power_w)]
-    return bool(others) and m.power_w > min(others) + FLOOR_DOUBT_W
+    out of reach on it? As the lowest mode's for training (base.floor_in_doubt): its window
+    was cut short over the budget, or it read more than another pair beyond the noise."""
+    return floor_in_doubt(samples, least, cut_short=lambda m: m.stopped)
 
 
 def least_pair_row(modes: np.ndarray, batch_sizes: Sequence[int]) -> int:
