@@ -9,14 +9,14 @@ import time
 import types
 
 import numpy as np
+from inference_planner_harness import inference_planner, register_job
 
 import powerd.inference_planner as ip
 from powerd.cli import _job_detail
-from powerd.inference_planner import InferenceJobsPlanner, InferenceSamples, InferenceSettings
+from powerd.inference_planner import InferenceJobsPlanner
 from powerd.modes import PowerMode
 from powerd.optimize.inference import Pair, PairMeasurement
-from powerd.planner import BoardHooks, JobSpec
-from powerd.profiler import WindowSpec
+from powerd.planner import JobSpec
 from tests.backlog_client import FAST, SERVED, TICK_S, Client
 
 MODES = np.array([(4, 1000, g, 1000) for g in (1, 2, 3)])
@@ -52,23 +52,9 @@ class Model:
 def planner(
     applied: list[PowerMode], measured: dict[Pair, tuple[float, float]] = MEASURED
 ) -> InferenceJobsPlanner:
-    hooks = BoardHooks(
-        apply_mode=applied.append,
-        power=lambda t0, t1: [],
-        submit_fit=lambda w: None,
-        persist=lambda w: None,
-        on_commit=lambda *_: None,
-        workload=lambda kind, name, persistent: None,
-    )
-    spec = WindowSpec(settle_s=0.0, window_s=0.2, min_steps=3)
-    sizes = tuple(sorted({q.batch_size for q in measured}))
-    settings = InferenceSettings(batch_sizes=sizes, max_pairs=3, sensor_lag_s=0.0)
-    store = InferenceSamples(lambda name: None, lambda name, doc: None)
-    known = store.of("w", False)
-    for q, (t, p) in measured.items():
-        known[q] = PairMeasurement(q, t, p, t, 40, 0.1, 50)
-    model = Model(measured)
-    return InferenceJobsPlanner(hooks, spec, MODES, store, lambda: lambda s: model, settings)
+    sizes = sorted({q.batch_size for q in measured})
+    known = {q: PairMeasurement(q, t, p, t, 40, 0.1, 50) for q, (t, p) in measured.items()}
+    return inference_planner(MODES, Model(measured), sizes, apply_mode=applied.append, known=known)
 
 
 def register(
@@ -78,19 +64,7 @@ def register(
     latency_ms: float | None = 400.0,
 ):
     """Register job j1 at `rate_hz` (again, with its `registered` time: a rate change)."""
-    spec = JobSpec(
-        id="j1",
-        kind="inference",
-        workload="w",
-        persistent=False,
-        budget_w=BUDGET_W,
-        registered=time.monotonic() if registered is None else registered,
-        latency_ms=latency_ms,
-        rate_hz=rate_hz,
-        batch_sizes=pl.settings.batch_sizes,
-    )
-    pl.sync([spec], BUDGET_W, time.monotonic())
-    pl.tick(time.monotonic())
+    register_job(pl, BUDGET_W, rate_hz, latency_ms, registered=registered)
 
 
 def run_batches(pl: InferenceJobsPlanner, batch_s: float, period_s: float, n: int = 10) -> None:
@@ -184,22 +158,8 @@ class _HystModel:
 def _run_with_stalls(monkeypatch, stalls, horizon=32.0, seed=2):
     clock = [0.0]
     monkeypatch.setattr(ip, "time", types.SimpleNamespace(monotonic=lambda: clock[0]))
-    hooks = BoardHooks(
-        apply_mode=lambda m: None,
-        power=lambda t0, t1: [],
-        submit_fit=lambda w: None,
-        persist=lambda w: None,
-        on_commit=lambda *_: None,
-        workload=lambda kind, name, persistent: None,
-    )
-    spec = WindowSpec(settle_s=0.0, window_s=0.2, min_steps=3)
-    settings = InferenceSettings(batch_sizes=(1, 32), max_pairs=3, sensor_lag_s=0.0)
-    store = InferenceSamples(lambda name: None, lambda name, doc: None)
-    known = store.of("w", False)
-    for q, (t, p) in HYST_MEASURED.items():
-        known[q] = PairMeasurement(q, t, p, t, 40, 0.1, 50)
-    model = _HystModel()
-    pl = InferenceJobsPlanner(hooks, spec, HYST_MODES, store, lambda: lambda s: model, settings)
+    known = {q: PairMeasurement(q, t, p, t, 40, 0.1, 50) for q, (t, p) in HYST_MEASURED.items()}
+    pl = inference_planner(HYST_MODES, _HystModel(), (1, 32), known=known)
     js = JobSpec(
         id="j1",
         kind="inference",

@@ -12,12 +12,11 @@ import time
 
 import numpy as np
 import pytest
+from inference_planner_harness import inference_planner, register_job
 
-from powerd.inference_planner import InferenceJobsPlanner, InferenceSamples, InferenceSettings
+from powerd.inference_planner import InferenceJobsPlanner
 from powerd.modes import PowerMode
 from powerd.optimize.inference import Pair, PairMeasurement, ServePair, least_pair_in_doubt
-from powerd.planner import BoardHooks, JobSpec
-from powerd.profiler import WindowSpec
 
 MODES = np.array([(4, 1000, g, 1000) for g in (1, 2, 3)])
 LEAST = Pair(PowerMode(4, 1000, 1, 1000), 1)
@@ -60,18 +59,7 @@ class Board:
 
 
 def planner(board: Board) -> InferenceJobsPlanner:
-    hooks = BoardHooks(
-        apply_mode=board.apply,
-        power=board.power,
-        submit_fit=lambda w: None,
-        persist=lambda w: None,
-        on_commit=lambda *_: None,
-        workload=lambda kind, name, persistent: None,
-    )
-    spec = WindowSpec(settle_s=0.0, window_s=0.2, min_steps=3)
-    settings = InferenceSettings(batch_sizes=(1,), max_pairs=3, sensor_lag_s=0.0)
-    store = InferenceSamples(lambda name: None, lambda name, doc: None)
-    return InferenceJobsPlanner(hooks, spec, MODES, store, lambda: lambda s: Model(), settings)
+    return inference_planner(MODES, Model(), (1,), apply_mode=board.apply, power=board.power)
 
 
 def run_until_served(pl: InferenceJobsPlanner, board: Board, limit: int = 10) -> list[str]:
@@ -91,19 +79,7 @@ def run_until_served(pl: InferenceJobsPlanner, board: Board, limit: int = 10) ->
 
 
 def register(pl: InferenceJobsPlanner) -> None:
-    spec = JobSpec(
-        id="j1",
-        kind="inference",
-        workload="w",
-        persistent=False,
-        budget_w=BUDGET_W,
-        registered=time.monotonic(),
-        latency_ms=200.0,
-        rate_hz=10.0,
-        batch_sizes=(1,),
-    )
-    pl.sync([spec], BUDGET_W, time.monotonic())
-    pl.tick(time.monotonic())
+    register_job(pl, BUDGET_W, rate_hz=10.0, latency_ms=200.0)
 
 
 @pytest.mark.parametrize("bursts, served_within", [(1, True), (5, False)])

@@ -13,11 +13,12 @@ import time
 
 import numpy as np
 import pytest
+from inference_planner_harness import inference_planner, register_job
 
-from powerd.inference_planner import InferenceJobsPlanner, InferenceSamples, InferenceSettings
+from powerd.inference_planner import InferenceJobsPlanner
 from powerd.modes import PowerMode
 from powerd.optimize.inference import MeasurePair, Pair, ServePair
-from powerd.planner import BoardHooks, JobSpec
+from powerd.planner import JobSpec
 from powerd.profiler import WindowSpec
 
 MODES = np.array([(4, 1000, g, 1000) for g in (1, 2, 3)])
@@ -58,20 +59,14 @@ class Board:
 
 
 def planner(board: Board, rate_change_pairs: int = 8) -> InferenceJobsPlanner:
-    hooks = BoardHooks(
+    return inference_planner(
+        MODES,
+        Model(),
+        (1,),
         apply_mode=board.apply,
         power=board.power,
-        submit_fit=lambda w: None,
-        persist=lambda w: None,
-        on_commit=lambda *_: None,
-        workload=lambda kind, name, persistent: None,
+        rate_change_pairs=rate_change_pairs,
     )
-    spec = WindowSpec(settle_s=0.0, window_s=0.2, min_steps=3)
-    settings = InferenceSettings(
-        batch_sizes=(1,), max_pairs=3, rate_change_pairs=rate_change_pairs, sensor_lag_s=0.0
-    )
-    store = InferenceSamples(lambda name: None, lambda name, doc: None)
-    return InferenceJobsPlanner(hooks, spec, MODES, store, lambda: lambda s: Model(), settings)
 
 
 def run_window(pl: InferenceJobsPlanner, job_id: str) -> None:
@@ -86,20 +81,7 @@ def run_window(pl: InferenceJobsPlanner, job_id: str) -> None:
 def register(
     pl: InferenceJobsPlanner, job_id: str = "j1", batch_sizes: tuple[int, ...] | None = (1,)
 ) -> JobSpec:
-    spec = JobSpec(
-        id=job_id,
-        kind="inference",
-        workload="w",
-        persistent=False,
-        budget_w=BUDGET_W,
-        registered=time.monotonic(),
-        latency_ms=100.0,
-        rate_hz=20.0,
-        batch_sizes=batch_sizes,
-    )
-    pl.sync([spec], BUDGET_W, time.monotonic())
-    pl.tick(time.monotonic())
-    return spec
+    return register_job(pl, BUDGET_W, 20.0, 100.0, job_id=job_id, batch_sizes=batch_sizes)
 
 
 def test_a_pair_read_just_over_the_budget_is_measured_again_and_served_on_the_pooled_reading():
