@@ -52,6 +52,7 @@ from powerd.sim.boards import (
     SimBoard,
     get_sim_board,
 )
+from powerd.sim.memfs import fs_type, in_memory
 from powerd.sim.trace import Trace
 from powerd.sim.tree import TreeLayout, find_layout
 
@@ -388,6 +389,15 @@ class Emulator:
         self._thread.daemon = True
         self._thread.start()
         log.info("emulating %s under %s (trace %s)", self.board.name, self.root, self.trace.name)
+        if in_memory(self.root) is False:
+            log.warning(
+                "the emulated tree %s is on %s, not in memory: its power files are rewritten "
+                "every %.0f ms and a busy disk stalls those writes, and the emulated steps "
+                "with them; build it under /dev/shm",
+                self.root,
+                fs_type(self.root),
+                self.power_interval_s * 1000,
+            )
         return self
 
     def set_offline_reads_fail(self, enabled: bool) -> None:
