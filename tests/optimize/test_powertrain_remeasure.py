@@ -1,6 +1,6 @@
-"""A near miss after the commit: a measured mode faster than the pin whose one reading put it
-just over the budget is measured once more, and its two windows pooled (the daemon's tuner and
-the replay both store base.pooled_measurement)."""
+"""A near miss after the commit: a measured mode faster than the pin whose reading put it just
+over the budget is measured again (up to remeasure_looks times), and its windows pooled (the
+daemon's tuner and the replay both store base.pooled_measurement)."""
 
 from __future__ import annotations
 
@@ -93,15 +93,52 @@ def test_a_near_miss_is_measured_again_and_pinned_if_the_pooled_reading_fits(com
     assert decide(strategy, samples, fitter) == Commit(mode)
 
 
-def test_a_near_miss_is_measured_again_only_once(committed) -> None:
-    strategy, samples, fast, mode, fitter = committed
-    samples[mode] = Measurement(mode, fast, BUDGET + 0.2, steps=10)
+def look_again(strategy: PowerTrain, samples, mode: PowerMode, power_w: float, fast: float):
+    """Take the second look refine asks for at `mode`, reading `power_w`; pool it."""
     again = strategy.refine(BUDGET, samples, room=5)
     assert again is not None and (again.mode, again.pool) == (mode, True)
-    samples[mode] = pooled_measurement(
-        samples[mode], Measurement(mode, fast, BUDGET + 0.1, steps=10)
-    )
+    samples[mode] = pooled_measurement(samples[mode], Measurement(mode, fast, power_w, 10))
+
+
+def test_a_near_miss_still_over_after_two_windows_gets_a_third_then_no_more(committed) -> None:
+    """Two windows pooled a hair over may still be noise; a third narrows it. After
+    remeasure_looks more windows the mode is left as measured."""
+    strategy, samples, fast, mode, fitter = committed
+    assert strategy.cfg.remeasure_looks == 2
+    samples[mode] = Measurement(mode, fast, BUDGET + 0.2, steps=10)
+    look_again(strategy, samples, mode, BUDGET + 0.1, fast)
+    assert samples[mode].power_w == pytest.approx(BUDGET + 0.15)
     assert decide(strategy, samples, fitter) != Commit(mode)  # still over
+    look_again(strategy, samples, mode, BUDGET + 0.05, fast)
+    assert samples[mode].steps == 30 and samples[mode].power_w == pytest.approx(BUDGET + 0.35 / 3)
+    again = strategy.refine(BUDGET, samples, room=5)
+    assert again is None or again.mode != mode
+
+
+def test_a_third_look_pinned_when_the_three_windows_fit(committed) -> None:
+    strategy, samples, fast, mode, fitter = committed
+    samples[mode] = Measurement(mode, fast, BUDGET + 0.3, steps=10)
+    look_again(strategy, samples, mode, BUDGET - 0.27, fast)  # pooled: 0.015 W over
+    look_again(strategy, samples, mode, BUDGET - 0.1, fast)
+    assert samples[mode].power_w == pytest.approx(BUDGET - 0.0233, abs=1e-3)
+    assert decide(strategy, samples, fitter) == Commit(mode)
+
+
+def test_the_margin_for_another_look_shrinks_with_the_windows_pooled(committed) -> None:
+    """0.35 W over is a near miss for one window (remeasure_w 0.4) but not for two pooled
+    (0.4 / sqrt 2 = 0.28): their noise is that much smaller."""
+    strategy, samples, fast, mode, fitter = committed
+    samples[mode] = Measurement(mode, fast, BUDGET + 0.35, steps=10)
+    look_again(strategy, samples, mode, BUDGET + 0.35, fast)
+    again = strategy.refine(BUDGET, samples, room=5)
+    assert again is None or again.mode != mode
+
+
+def test_one_look_only_with_remeasure_looks_at_one(committed) -> None:
+    strategy, samples, fast, mode, fitter = committed
+    strategy.cfg = dataclasses.replace(strategy.cfg, remeasure_looks=1)
+    samples[mode] = Measurement(mode, fast, BUDGET + 0.2, steps=10)
+    look_again(strategy, samples, mode, BUDGET + 0.1, fast)
     again = strategy.refine(BUDGET, samples, room=5)
     assert again is None or again.mode != mode
 
