@@ -634,24 +634,23 @@ class PowerTrain(Strategy):
         c = self.cfg
         if c.remeasure_w <= 0:
             return None
-        cand = [
-            m
-            for m in own.values()
-            if not m.aborted_over_budget
-            and math.isfinite(m.time_ms)
-            and self._remeasured.get(m.mode, 0) < c.remeasure_looks
-            # k windows pooled: the noise, and so the margin, shrinks as 1/sqrt(k)
-            and budget_w < m.power_w <= budget_w + c.remeasure_w / math.sqrt(self._windows(m))
-            and (m.power_se_w is None or m.power_w - budget_w <= c.remeasure_z * m.power_se_w)
-            and m.time_ms < best.time_ms * (1.0 - c.noise_time)
-        ]
+        cand = []
+        for m in own.values():
+            looks = self._remeasured.get(m.mode, 0)
+            # 1 + looks windows pooled: the noise, and so the margin, shrinks as 1/sqrt of that
+            margin_w = c.remeasure_w / math.sqrt(1 + looks)
+            if (
+                looks < c.remeasure_looks
+                and not m.aborted_over_budget
+                and math.isfinite(m.time_ms)
+                and budget_w < m.power_w <= budget_w + margin_w
+                and (m.power_se_w is None or m.power_w - budget_w <= c.remeasure_z * m.power_se_w)
+                and m.time_ms < best.time_ms * (1.0 - c.noise_time)
+            ):
+                cand.append(m)
         if not cand:
             return None
         return min(cand, key=lambda m: m.time_ms).mode
-
-    def _windows(self, m: Measurement) -> int:
-        # the windows pooled in m: one, plus the second looks taken at its mode
-        return 1 + self._remeasured.get(m.mode, 0)
 
     def cheapest_meeting(
         self,

@@ -52,7 +52,7 @@ from powerd.sim.boards import (
     SimBoard,
     get_sim_board,
 )
-from powerd.sim.memfs import fs_type, in_memory
+from powerd.sim.memfs import IN_MEMORY, fs_type
 from powerd.sim.trace import Trace
 from powerd.sim.tree import TreeLayout, find_layout
 
@@ -389,13 +389,14 @@ class Emulator:
         self._thread.daemon = True
         self._thread.start()
         log.info("emulating %s under %s (trace %s)", self.board.name, self.root, self.trace.name)
-        if in_memory(self.root) is False:
+        kind = fs_type(self.root)  # None: no mount table to tell
+        if kind is not None and kind not in IN_MEMORY:
             log.warning(
                 "the emulated tree %s is on %s, not in memory: its power files are rewritten "
                 "every %.0f ms and a busy disk stalls those writes, and the emulated steps "
                 "with them; build it under /dev/shm",
                 self.root,
-                fs_type(self.root),
+                kind,
                 self.power_interval_s * 1000,
             )
         return self

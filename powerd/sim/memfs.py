@@ -40,9 +40,3 @@ def fs_type(path: Path | str, mounts: str | None = None) -> str | None:
         if inside and len(point) >= len(best):
             best, best_type = point, fields[2]
     return best_type
-
-
-def in_memory(path: Path | str, mounts: str | None = None) -> bool | None:
-    """True on tmpfs/ramfs, False on anything else, None when it cannot tell."""
-    kind = fs_type(path, mounts)
-    return None if kind is None else kind in IN_MEMORY

@@ -5,7 +5,7 @@ import logging
 import pytest
 
 from powerd.sim import emulator as emulator_module
-from powerd.sim.memfs import fs_type, in_memory
+from powerd.sim.memfs import IN_MEMORY, fs_type
 
 MOUNTS = """\
 /dev/vda / ext4 rw,relatime 0 0
@@ -27,9 +27,9 @@ def test_the_deepest_mount_point_holding_the_path_decides() -> None:
 
 
 def test_in_memory_is_unknown_without_a_mount_table() -> None:
-    assert in_memory("/dev/shm/tree", MOUNTS) is True
-    assert in_memory("/tmp/tree", MOUNTS) is False
-    assert in_memory("/tmp/tree", "") is None
+    assert fs_type("/dev/shm/tree", MOUNTS) in IN_MEMORY
+    assert fs_type("/tmp/tree", MOUNTS) not in IN_MEMORY
+    assert fs_type("/tmp/tree", "") is None
 
 
 @pytest.mark.parametrize(("kind", "warned"), [("ext4", True), ("tmpfs", False)])
@@ -37,9 +37,6 @@ def test_the_emulator_warns_at_start_when_its_tree_is_on_a_disk(
     make_emulated_board, monkeypatch, caplog, kind: str, warned: bool
 ) -> None:
     monkeypatch.setattr(emulator_module, "fs_type", lambda path, mounts=None: kind)
-    monkeypatch.setattr(
-        emulator_module, "in_memory", lambda path, mounts=None: kind in ("tmpfs", "ramfs")
-    )
     with caplog.at_level(logging.WARNING, logger="powerd.sim.emulator"):
         emu = make_emulated_board("orin-nano")
     hits = [r.getMessage() for r in caplog.records if "not in memory" in r.getMessage()]
