@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator
@@ -11,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from powerd.sim.emulator import Emulator
+from powerd.sim.memfs import scratch_dir
 from powerd.sim.trace import TRACE_DIR, Trace
 from powerd.sim.tree import build_tree
 
@@ -63,12 +63,11 @@ EmulatorFactory = Callable[..., Emulator]
 def sim_root(tmp_path: Path) -> Iterator[Path]:
     """An empty directory for emulated file trees: on tmpfs when there is one (like sysfs,
     and much faster to fill and delete than the ext4 /tmp here), removed after the test."""
-    shm = Path("/dev/shm")
-    if not (shm.is_dir() and os.access(shm, os.W_OK)):
+    if scratch_dir() != "/dev/shm":
         (tmp_path / "sim").mkdir()
         yield tmp_path / "sim"
         return
-    root = Path(tempfile.mkdtemp(prefix="powerd-sim-", dir=shm))
+    root = Path(tempfile.mkdtemp(prefix="powerd-sim-", dir="/dev/shm"))
     try:
         yield root
     finally:

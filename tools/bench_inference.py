@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import itertools
 import math
-import os
 import re
 import time
 
@@ -44,6 +43,7 @@ from powerd.optimize.inference import (
 )
 from powerd.optimize.interleave import InterleaveGoal, InterleavePlanner
 from powerd.predictor.batch import InferenceReference, load_prior, make_fitter
+from powerd.sim.memfs import scratch_dir
 from powerd.sim.trace import TRACE_DIR, Trace
 from powerd_replay.inference import (
     GoalResult,
@@ -243,7 +243,7 @@ def emulated(duration_s: float, scale: float) -> None:
     train = Trace.load(TRAIN)
     batches = load_batch_traces(INFER["resnet18"])
     for b, rate in ((4, 20.0), (16, 10.0), (32, 10.0)):
-        with tempfile.TemporaryDirectory() as d:
+        with tempfile.TemporaryDirectory(prefix="powerd-emu-", dir=scratch_dir()) as d:
             root = Path(d) / "board"
             build_tree(root, "orin-agx", train)
             with Emulator(root, "orin-agx", train, time_scale=0.1) as emu:
@@ -492,8 +492,7 @@ def through_daemon(scale: float, max_pairs: int, quick: bool, daemon_log: str | 
     t_start = time.monotonic()
     # tmpfs: the emulator writes its power files every few ms under its lock; on a disk
     # shared with other jobs' I/O one write can stall for 100 ms, and every batch with it
-    shm = "/dev/shm" if os.path.isdir("/dev/shm") else None
-    with tempfile.TemporaryDirectory(prefix="powerd-bench-", dir=shm) as d:
+    with tempfile.TemporaryDirectory(prefix="powerd-bench-", dir=scratch_dir()) as d:
         cfg = {"inference": {"max_pairs": max_pairs}}
         eb = EmulatedBoard(
             "orin-agx", batches[1], time_scale=scale, workdir=d, config=cfg, daemon_log=daemon_log
@@ -829,11 +828,10 @@ def interleaved_daemon(scale: float, max_pairs: int, modes: int, daemon_log: str
     for name, path in (("mobilenetv3", INFER["mobilenetv3"]), ("resnet18", INFER["resnet18"])):
         infer = load_batch_traces(path, batch_sizes=(1, 4, 16))
         board_modes = [r.mode for r in infer[1].rows]
-        shm = "/dev/shm" if os.path.isdir("/dev/shm") else None
         t_start = time.monotonic()
         held = "held out" if name == "mobilenetv3" else "in-sample inference prior"
         print(f"  mobilenetv3-train + {name}-infer ({held}), B={budget:g} W:", flush=True)
-        with tempfile.TemporaryDirectory(prefix="powerd-il-", dir=shm) as d:
+        with tempfile.TemporaryDirectory(prefix="powerd-il-", dir=scratch_dir()) as d:
             cfg = {"inference": {"max_pairs": max_pairs}, "profiling": {"modes": modes}}
             eb = EmulatedBoard(
                 "orin-agx",

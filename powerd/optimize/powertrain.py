@@ -410,7 +410,7 @@ class PowerTrain(Strategy):
         self._refining = False  # picking after a commit (refine)
         self._limit = self.max_modes  # distinct modes the workload may have profiled by now
         self._scored: set[PowerMode] = set()
-        self._remeasured: dict[PowerMode, int] = {}  # near misses: second looks taken
+        self._remeasured: dict[PowerMode, int] = {}  # near misses: extra looks taken
         self._rehearsed = 0  # modes measured for budgets below the first (refine)
         self._rehearse_at = 0  # where the next rehearsal starts in the budgets' order
         self._longshots = 0  # long shots measured for the current budget (refine)
@@ -478,9 +478,10 @@ class PowerTrain(Strategy):
             return None
         again = self._near_miss(budget_w, own, best)
         if again is not None:
-            self._remeasured[again] = self._remeasured.get(again, 0) + 1
+            looks = self._remeasured[again] = self._remeasured.get(again, 0) + 1
             over = own[again].power_w - budget_w
-            return Measure(again, pool=True, why=f"a second look: read {over:.2f} W over")
+            nth = {1: "a second look", 2: "a third look"}.get(looks, f"look {looks + 1}")
+            return Measure(again, pool=True, why=f"{nth}: read {over:.2f} W over")
         if self._limit - len(own) <= 0:
             return None
         self._score_misses(own)

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from powerd.sim.boards import SIM_BOARDS
 from powerd.sim.emulator import Emulator, idle_power_w
+from powerd.sim.memfs import scratch_dir
 from powerd.sim.trace import load_board_trace
 from powerd.sim.tree import build_tree
 
@@ -52,7 +53,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.reuse and args.root is None:
         print("--reuse needs --root", file=sys.stderr)
         return 2
-    root = args.root or Path(tempfile.mkdtemp(prefix=f"powerd-sim-{args.board}-"))
+    root = args.root or Path(
+        tempfile.mkdtemp(prefix=f"powerd-sim-{args.board}-", dir=scratch_dir())
+    )
     if not args.reuse:
         try:
             build_tree(

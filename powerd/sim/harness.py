@@ -21,6 +21,7 @@ from powerd import protocol as p
 from powerd.client import call_once
 from powerd.config import dump_toml, parse_config
 from powerd.sim.emulator import Emulator, idle_power_w
+from powerd.sim.memfs import scratch_dir
 from powerd.sim.trace import Trace
 from powerd.sim.tree import build_tree
 
@@ -32,19 +33,6 @@ def scaled_profiling(time_scale: float) -> dict[str, int]:
         "window_ms": max(150, int(4000 * time_scale)),
         "min_steps": 5,
     }
-
-
-def _scratch() -> str:
-    """Where emulated trees live: in memory when there is room, as sysfs is. The emulator
-    rewrites its power files every few ms; on a disk-backed /tmp under other I/O those
-    writes stalled emulated batches by up to 100 ms."""
-    try:
-        st = os.statvfs("/dev/shm")
-        if os.access("/dev/shm", os.W_OK) and st.f_bavail * st.f_frsize > 256 << 20:
-            return "/dev/shm"
-    except OSError:
-        pass
-    return "/tmp"
 
 
 class EmulatedBoard:
@@ -67,7 +55,7 @@ class EmulatedBoard:
         self.time_scale = time_scale
         self._own_dir = workdir is None
         # ipc paths must stay under ~100 characters
-        scratch = _scratch()
+        scratch = scratch_dir()
         # absolute: the daemon's socket and state paths must be (a relative workdir was
         # refused as an invalid config)
         self.dir = (

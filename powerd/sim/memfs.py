@@ -13,6 +13,18 @@ from pathlib import Path
 IN_MEMORY = frozenset({"tmpfs", "ramfs"})
 
 
+def scratch_dir() -> str:
+    """Where to put an emulated tree: /dev/shm when it is writable and has room, as sysfs
+    is in memory; /tmp otherwise (the emulator then warns, see Emulator.start)."""
+    try:
+        st = os.statvfs("/dev/shm")
+        if os.access("/dev/shm", os.W_OK) and st.f_bavail * st.f_frsize > 256 << 20:
+            return "/dev/shm"
+    except OSError:
+        pass
+    return "/tmp"
+
+
 def _unescape(field: str) -> str:
     # /proc/*/mounts writes space, tab, newline and backslash as octal escapes
     for code, ch in (("\\040", " "), ("\\011", "\t"), ("\\012", "\n"), ("\\134", "\\")):

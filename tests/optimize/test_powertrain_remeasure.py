@@ -94,9 +94,11 @@ def test_a_near_miss_is_measured_again_and_pinned_if_the_pooled_reading_fits(com
 
 
 def look_again(strategy: PowerTrain, samples, mode: PowerMode, power_w: float, fast: float):
-    """Take the second look refine asks for at `mode`, reading `power_w`; pool it."""
+    """Take the next look refine asks for at `mode`, reading `power_w`; pool it."""
     again = strategy.refine(BUDGET, samples, room=5)
     assert again is not None and (again.mode, again.pool) == (mode, True)
+    nth = "second" if samples[mode].steps == 10 else "third"  # the log says which look
+    assert again.why.startswith(f"a {nth} look: read ")
     samples[mode] = pooled_measurement(samples[mode], Measurement(mode, fast, power_w, 10))
 
 

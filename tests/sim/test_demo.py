@@ -30,7 +30,7 @@ def started(monkeypatch: pytest.MonkeyPatch) -> list[Trace]:
 
 @pytest.fixture
 def scratch(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
-    monkeypatch.setattr(harness, "_scratch", lambda: str(tmp_path))
+    monkeypatch.setattr(harness, "scratch_dir", lambda: str(tmp_path))
     return tmp_path
 
 

@@ -1,11 +1,14 @@
 """The emulator tells where its tree lives and warns when that is not in memory."""
 
 import logging
+import os
+from types import SimpleNamespace
 
 import pytest
 
 from powerd.sim import emulator as emulator_module
-from powerd.sim.memfs import IN_MEMORY, fs_type
+from powerd.sim import memfs
+from powerd.sim.memfs import IN_MEMORY, fs_type, scratch_dir
 
 MOUNTS = """\
 /dev/vda / ext4 rw,relatime 0 0
@@ -43,3 +46,28 @@ def test_the_emulator_warns_at_start_when_its_tree_is_on_a_disk(
     assert bool(hits) is warned
     if warned:
         assert str(emu.root) in hits[0] and "ext4" in hits[0] and "/dev/shm" in hits[0]
+
+
+def _statvfs(free_bytes: int):
+    return lambda path: SimpleNamespace(f_bavail=free_bytes // 4096, f_frsize=4096)
+
+
+def test_scratch_is_shared_memory_only_when_writable_with_room(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(memfs.os, "access", lambda path, mode: True)
+    monkeypatch.setattr(memfs.os, "statvfs", _statvfs(1 << 30))
+    assert scratch_dir() == "/dev/shm"
+    monkeypatch.setattr(memfs.os, "statvfs", _statvfs(64 << 20))  # a nearly full /dev/shm
+    assert scratch_dir() == "/tmp"
+    monkeypatch.setattr(memfs.os, "statvfs", _statvfs(1 << 30))
+    monkeypatch.setattr(memfs.os, "access", lambda path, mode: mode != os.W_OK)
+    assert scratch_dir() == "/tmp"
+
+
+def test_scratch_falls_back_without_dev_shm(monkeypatch: pytest.MonkeyPatch) -> None:
+    def missing(path: str):
+        raise FileNotFoundError(path)
+
+    monkeypatch.setattr(memfs.os, "statvfs", missing)
+    assert scratch_dir() == "/tmp"
