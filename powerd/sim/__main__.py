@@ -18,7 +18,7 @@ from pathlib import Path
 from powerd.sim.boards import SIM_BOARDS
 from powerd.sim.emulator import Emulator, idle_power_w
 from powerd.sim.memfs import scratch_dir
-from powerd.sim.trace import load_board_trace
+from powerd.sim.trace import Trace, load_board_trace
 from powerd.sim.tree import build_tree
 
 
@@ -27,7 +27,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--board", choices=sorted(SIM_BOARDS), default="orin-agx")
     p.add_argument("--trace", type=Path, help="trace CSV (default: a bundled one for the board)")
     p.add_argument("--batch-size", type=int, help="inference traces: the batch size to replay")
-    p.add_argument("--root", type=Path, help="tree root (default: a new temporary directory)")
+    p.add_argument(
+        "--root",
+        type=Path,
+        help="tree root (default: a new temporary directory, removed when the emulator stops)",
+    )
     p.add_argument("--time-scale", type=float, default=1.0, help="scale of emulated delays")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--noise", type=float, default=0.01, help="power noise (fraction)")
@@ -56,6 +60,16 @@ def main(argv: list[str] | None = None) -> int:
     root = args.root or Path(
         tempfile.mkdtemp(prefix=f"powerd-sim-{args.board}-", dir=scratch_dir())
     )
+    try:
+        return _emulate(args, trace, root)
+    finally:
+        if args.root is None:  # ours, in memory (scratch_dir), and of no use once stopped
+            shutil.rmtree(root, ignore_errors=True)
+
+
+def _emulate(args: argparse.Namespace, trace: Trace, root: Path) -> int:
+    """Build the tree under `root` (unless --reuse) and emulate the board until SIGTERM or
+    SIGINT; 2 when the tree cannot be built."""
     if not args.reuse:
         try:
             build_tree(
@@ -63,8 +77,6 @@ def main(argv: list[str] | None = None) -> int:
             )
         except ValueError as exc:
             print(f"cannot build the {args.board} tree: {exc}", file=sys.stderr)
-            if args.root is None:  # ours, and of no use to anyone now
-                shutil.rmtree(root, ignore_errors=True)
             return 2
     stop = threading.Event()
 
