@@ -243,6 +243,19 @@ class Tuning:
     longshot_fit_prob: float = 0.1
     longshot_gain: float = 0.02
     longshot_power_doubt: float = 1.0
+    # After a commit (refine), once refine's picks and the long shots have nothing: measure
+    # up to this many swap neighbours of the pinned mode per budget (one knob a level up,
+    # another a level down) that the model predicts faster than the pin by swap_gain,
+    # whatever power it reads there. Where the samples never combined the two levels the
+    # fit guesses that power: ResNet-18 inference bs 16 at 19 W pinned 4c/422/726/2133
+    # (171.3 ms) and read its swap 8c/422/522/2133 (112.7 ms, 18.47 W true) at 22.0 W; the
+    # long shot's interval left it no chance. A swap over the budget is cut short like any
+    # window and prunes every mode at or above it. Replayed with 30 modes of refine room
+    # (docs/experiments.md, session 59): that budget alone, a new workload, seeds 0-3,
+    # 47-52 % -> 0 % in 4 of 4; whole sweeps, mean penalty, bs 16 2.2 -> 1.1 % (new
+    # workload, seed 0), every other in-sample sweep within noise. 0: off.
+    swap_modes: int = 4
+    swap_gain: float = 0.0
     # A budget change, before its picks: when the measured modes that fit and run within
     # floor_tol of the fastest all hold one knob at one level while at least two other
     # knobs vary among them, the step waits on that knob (a floor), whatever the others
@@ -414,6 +427,7 @@ class PowerTrain(Strategy):
         self._rehearsed = 0  # modes measured for budgets below the first (refine)
         self._rehearse_at = 0  # where the next rehearsal starts in the budgets' order
         self._longshots = 0  # long shots measured for the current budget (refine)
+        self._swaps = 0  # swap neighbours measured for the current budget (refine)
         self._floor_probed = 0  # floor probes measured for the current budget change
         self._floor_rechecked: set[float] = set()  # see powerd.optimize.base.conclude
         self._misses_t: list[float] = []  # log(measured / predicted), before it was measured
@@ -451,6 +465,7 @@ class PowerTrain(Strategy):
             self._first = len(own) < self.n_seeds or unmet
             self._budget, self._picks = budget_w, 0
             self._longshots = 0
+            self._swaps = 0
             self._floor_probed = 0
             if not self._first:
                 self._limit = len(own) + self.cfg.change_modes
@@ -495,6 +510,11 @@ class PowerTrain(Strategy):
                 if pick is not None:
                     self._longshots += 1
                     why = "a long shot: predicted over the budget"
+            if pick is None and self._swaps < self.cfg.swap_modes:
+                pick = self._swap(budget_w, own, best, corrected)
+                if pick is not None:
+                    self._swaps += 1
+                    why = "a swap neighbour of the pinned mode"
             if pick is None and self._first:
                 rehearsal = self._rehearse(budget_w, own, corrected)
                 if rehearsal is not None:
@@ -599,6 +619,33 @@ class PowerTrain(Strategy):
             bar=c.longshot_gain,
             corrected=(t, p, dt, dp),
         )
+
+    def _swap(
+        self,
+        budget_w: float,
+        own: Mapping[PowerMode, Measurement],
+        best: Measurement,
+        corrected: Corrected,
+    ) -> int | None:
+        """The open swap neighbour of the pinned mode `best` predicted fastest (see
+        `swap_modes`); None when none is predicted faster than the pin."""
+        t, p = corrected[0], corrected[1]
+        usable = self._open(budget_w, own) & np.isfinite(t) & (t > 0) & np.isfinite(p)
+        at = self.rank_idx[self.index[best.mode]]
+        bar = best.time_ms * (1.0 - self.cfg.swap_gain)
+        cand = []
+        for up in range(4):
+            for down in range(4):
+                row = at.copy()
+                row[up] += 1
+                row[down] -= 1
+                if up == down or row[up] >= len(self.axes[up]) or row[down] < 0:
+                    continue
+                knobs = (int(a[k]) for a, k in zip(self.axes, row, strict=True))
+                i = self.index.get(PowerMode(*knobs))
+                if i is not None and usable[i] and t[i] < bar:
+                    cand.append(i)
+        return min(cand, key=lambda i: (t[i], i)) if cand else None
 
     def _rehearse(
         self, budget_w: float, own: Mapping[PowerMode, Measurement], corrected: Corrected

@@ -20,7 +20,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from powerd.predictor.features import UNIT_SCALE, mode_features
-from powerd.predictor.physical import REF_UNIT_MS, bottleneck_time, per_step
+from powerd.predictor.physical import MAX_SIDES, REF_UNIT_MS, bottleneck_time, per_step
 
 OPSET = 17
 IR_VERSION = 8
@@ -182,7 +182,8 @@ class Head:
     the monomials' exponents, ``phys_coef`` (F,) their weights, ``ref_scale`` the reference
     time's weight. The head then needs the modes as well as ``y`` and ``h``. With
     ``phys_groups`` (F,) set, the bottleneck form of :mod:`powerd.predictor.physical`:
-    ``sum_{g=0} c_j m_j + max(sum_{g=1} c_j m_j, ref_scale * exp(y) + sum_{g=2} c_j m_j)``.
+    ``sum_{g=0} c_j m_j + max(sum_{g=1} c_j m_j, ref_scale * exp(y) + sum_{g=2} c_j m_j[,
+    sum_{g=3} c_j m_j])``, the third side the memory's when a term has group 3.
 
     ``r`` = "physical-power" (power heads, W): ``r = ref_scale * y + sum_j c_j * m_j(mode)``,
     the non-negative power terms of :data:`powerd.predictor.features.PHYSICAL_POWER` and the
@@ -224,7 +225,7 @@ class Head:
             raise ValueError(f"head: bad per-step flags {self.phys_per_step.tolist()}")
         if self.phys_groups.size and (
             len(self.phys_groups) != len(self.phys_coef)
-            or not np.isin(self.phys_groups, (0, 1, 2)).all()
+            or not np.isin(self.phys_groups, np.arange(MAX_SIDES + 1)).all()
         ):
             raise ValueError(f"head: bad physical term groups {self.phys_groups.tolist()}")
 
@@ -409,21 +410,18 @@ class Head:
     def _bottleneck_nodes(self, prefix: str, ref_t: str, inits: list) -> tuple[list, str]:
         """Nodes of the bottleneck form over the term features `{prefix}pf` and the scaled
         reference time `ref_t`; returns (nodes, output name)."""
-        names = []
-        for g in (0, 1, 2):
-            name = f"{prefix}pc{g}"
+        p, nodes, sides = prefix, [], []
+        for g in range(max(2, int(self.phys_groups.max())) + 1):
             coef = np.where(self.phys_groups == g, self.phys_coef, 0.0)
-            inits.append(numpy_helper.from_array(_f32(coef), name))
-            names.append(name)
-        p = prefix
-        nodes = [
-            helper.make_node("MatMul", [f"{p}pf", names[0]], [f"{p}s0"]),
-            helper.make_node("MatMul", [f"{p}pf", names[1]], [f"{p}s1"]),
-            helper.make_node("MatMul", [f"{p}pf", names[2]], [f"{p}s2r"]),
-            helper.make_node("Add", [ref_t, f"{p}s2r"], [f"{p}s2"]),
-            helper.make_node("Max", [f"{p}s1", f"{p}s2"], [f"{p}smax"]),
-            helper.make_node("Add", [f"{p}s0", f"{p}smax"], [f"{p}t1"]),
-        ]
+            inits.append(numpy_helper.from_array(_f32(coef), f"{p}pc{g}"))
+            nodes.append(helper.make_node("MatMul", [f"{p}pf", f"{p}pc{g}"], [f"{p}s{g}r"]))
+            if g == 2:  # the reference's time is on the GPU side
+                nodes.append(helper.make_node("Add", [ref_t, f"{p}s2r"], [f"{p}s2"]))
+                sides.append(f"{p}s2")
+            elif g:
+                sides.append(f"{p}s{g}r")
+        nodes.append(helper.make_node("Max", sides, [f"{p}smax"]))
+        nodes.append(helper.make_node("Add", [f"{p}s0r", f"{p}smax"], [f"{p}t1"]))
         return nodes, f"{p}t1"
 
 

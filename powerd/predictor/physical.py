@@ -143,16 +143,15 @@ def loo_log_ratio(x: np.ndarray, time_ms: np.ndarray, coef: np.ndarray) -> np.nd
 # Group of each PHYSICAL_TIME term: 0 added outside the max, 1 CPU side, 2 GPU side (the
 # reference's time joins side 2).
 BOTTLENECK_GROUPS = np.array([0, 2, 0, 1, 1], dtype=np.int64)
+# The memory clock as a third side (const + max(CPU, GPU, memory)): a step at 4 cores and
+# 726 MHz GPU waited on the memory at 665 MHz (224.9 ms; 169.9 ms at 2133 MHz) and on the
+# CPU at 2133, so more cores pay off only at a high memory clock, which the form above
+# cannot say (ResNet-18 inference bs 16, docs/experiments.md, session 58). One more side
+# overfits a small sample, so the transfer admits it only under stricter terms
+# (RidgeOptions.memory_side_factor).
+MEMORY_SIDE_GROUPS = np.array([0, 2, 3, 1, 1], dtype=np.int64)
+MAX_SIDES = 3
 _RESTARTS = 24  # random side assignments tried besides the sum fit's (seeded: deterministic)
-
-
-def _parts(
-    x: np.ndarray, coef: np.ndarray, groups: np.ndarray
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(outside the max, CPU side, GPU side) of each row of a design `x` (monomials, then the
-    reference's time column, which belongs to the GPU side), in ms."""
-    g, c = _column_groups(groups), np.asarray(coef, dtype=np.float64)
-    return x @ np.where(g == 0, c, 0.0), x @ np.where(g == 1, c, 0.0), x @ np.where(g == 2, c, 0.0)
 
 
 def _column_groups(groups: np.ndarray) -> np.ndarray:
@@ -160,23 +159,37 @@ def _column_groups(groups: np.ndarray) -> np.ndarray:
     return np.append(groups, 2)
 
 
+def _sides(x: np.ndarray, coef: np.ndarray, groups: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(outside the max (N,), the sides (N, S), column s the time of side s + 1) of each row
+    of a design `x` (monomials, then the reference's time column), in ms."""
+    g, c = _column_groups(groups), np.asarray(coef, dtype=np.float64)
+    n_sides = max(2, int(g.max()))
+    outside = x @ np.where(g == 0, c, 0.0)
+    sides = np.column_stack([x @ np.where(g == k, c, 0.0) for k in range(1, n_sides + 1)])
+    return outside, sides
+
+
 def bottleneck_time(x: np.ndarray, coef: np.ndarray, groups: np.ndarray) -> np.ndarray:
-    outside, cpu, gpu = _parts(x, coef, groups)
-    return outside + np.maximum(cpu, gpu)
+    outside, sides = _sides(x, coef, groups)
+    return outside + sides.max(axis=1)
+
+
+def _slowest(sides: np.ndarray) -> np.ndarray:
+    """The side (1-based) each row waits on; a tie goes to the lower side (the CPU's)."""
+    return np.argmax(sides, axis=1) + 1
 
 
 def dominant_design(x: np.ndarray, coef: np.ndarray, groups: np.ndarray) -> np.ndarray:
-    """`x` with each row's slower side kept and the other side's columns zeroed: the linear
+    """`x` with each row's slowest side kept and the other sides' columns zeroed: the linear
     model the bottleneck form is at these rows (for its leave-one-out residuals)."""
-    _, cpu, gpu = _parts(x, coef, groups)
-    return _masked(x, cpu >= gpu, groups)
+    return _masked(x, _slowest(_sides(x, coef, groups)[1]), groups)
 
 
-def _masked(x: np.ndarray, cpu_bound: np.ndarray, groups: np.ndarray) -> np.ndarray:
+def _masked(x: np.ndarray, side: np.ndarray, groups: np.ndarray) -> np.ndarray:
     g = _column_groups(groups)
     xm = np.array(x, dtype=np.float64, copy=True)
-    xm[np.ix_(cpu_bound, g == 2)] = 0.0
-    xm[np.ix_(~cpu_bound, g == 1)] = 0.0
+    off = (g[None, :] > 0) & (g[None, :] != np.asarray(side)[:, None])
+    xm[off] = 0.0
     return xm
 
 
@@ -188,20 +201,26 @@ def fit_bottleneck(x: np.ndarray, time_ms: np.ndarray, groups: np.ndarray) -> np
     t = np.asarray(time_ms, dtype=np.float64)
     k = len(t)
     rng = np.random.default_rng(k)
-    _, cpu, gpu = _parts(x, fit_weights(x, t), groups)
-    starts = [cpu >= gpu] + [rng.random(k) < 0.5 for _ in range(_RESTARTS)]
+    n_sides = max(2, int(_column_groups(groups).max()))
+
+    def random_start() -> np.ndarray:
+        if n_sides == 2:  # the draws of the two-sided form's first release: same fits
+            return np.where(rng.random(k) < 0.5, 1, 2)
+        return rng.integers(1, n_sides + 1, size=k)
+
+    starts = [_slowest(_sides(x, fit_weights(x, t), groups)[1])]
+    starts += [random_start() for _ in range(_RESTARTS)]
     best_err, best = np.inf, np.zeros(x.shape[1])
     seen: set[bytes] = set()
-    for cpu_bound in starts:
+    for side in starts:
         for _ in range(10):
-            key = np.packbits(cpu_bound).tobytes()
+            key = np.asarray(side, dtype=np.int8).tobytes()
             if key in seen:
                 break
             seen.add(key)
-            coef = fit_weights(_masked(x, cpu_bound, groups), t)
+            coef = fit_weights(_masked(x, side, groups), t)
             err = float(np.mean((bottleneck_time(x, coef, groups) / t - 1.0) ** 2))
             if err < best_err - 1e-12:
                 best_err, best = err, coef
-            _, cpu, gpu = _parts(x, coef, groups)
-            cpu_bound = cpu >= gpu
+            side = _slowest(_sides(x, coef, groups)[1])
     return best

@@ -203,6 +203,17 @@ class RidgeOptions:
     # leave-one-out error (each sample's side held fixed) divided by this factor; 0: the
     # sum form only.
     bottleneck_factor: float = 1.0
+    # The memory clock as a third side of the bottleneck form (physical.MEMORY_SIDE_GROUPS)
+    # is one more candidate, its leave-one-out error divided by this factor (0: not tried),
+    # and only once the kept timed samples moved the memory clock at
+    # `memory_side_core_counts` core counts or more and number `memory_side_min_samples`:
+    # the extra side fitted 10 low-power samples of ResNet-18 inference bs 1 better and
+    # predicted every mode worse (time MAPE 6.5 -> 22.6 %, docs/experiments.md, session 58).
+    # Off: at 1.3 with these gates, 9 replays of the in-sample traces moved the sum of mean
+    # penalties by -0.2 points, within their noise (session 59).
+    memory_side_factor: float = 0.0
+    memory_side_core_counts: int = 2
+    memory_side_min_samples: int = 20
     # Smallest ridge strength on the ridge power head's activations (0: any the LOO picks;
     # 30 admits 31.6 and up of the grid). The leave-one-out sees only the samples, which
     # bunch where a budget's picks are, and a weak penalty bends the activations to them
@@ -831,6 +842,17 @@ def _trimmed(
     return head, lam, loo, keep
 
 
+def memory_side_sampled(modes: np.ndarray, core_counts: int, min_samples: int) -> bool:
+    """Whether timed sample modes can tell a memory side from the others: at least
+    `min_samples` of them, and the memory clock moved (two levels or more) at `core_counts`
+    core counts or more, so that a core count's gain can show where the memory waits."""
+    modes = np.asarray(modes)
+    if len(modes) < min_samples:
+        return False
+    moved = sum(len(np.unique(modes[modes[:, 0] == c, 3])) >= 2 for c in np.unique(modes[:, 0]))
+    return moved >= core_counts
+
+
 def knobs_moved(modes: np.ndarray) -> np.ndarray:
     """Per knob (cores, CPU, GPU, EMC): did the samples hold it at two levels or more?"""
     return np.array([len(np.unique(modes[:, j])) >= 2 for j in range(modes.shape[1])])
@@ -923,11 +945,13 @@ def fit_heads(
         )
 
     def fit_physical(
-        m: np.ndarray, bottleneck: bool = False
+        m: np.ndarray, bottleneck: bool = False, memory_side: bool = False
     ) -> tuple[Head, float | None, np.ndarray]:
         assert x_phys is not None
         r = ti[m]
-        groups = physical.BOTTLENECK_GROUPS if bottleneck else np.zeros(0, dtype=np.int64)
+        groups = np.zeros(0, dtype=np.int64)
+        if bottleneck:
+            groups = physical.MEMORY_SIDE_GROUPS if memory_side else physical.BOTTLENECK_GROUPS
         if bottleneck:
             c = physical.fit_bottleneck(x_phys[m], s.time_ms[r], groups)
         else:
@@ -980,6 +1004,12 @@ def fit_heads(
             keep = summed[3]
             candidates.append((*fit_physical(keep, bottleneck=True), keep))
             factors.append(opts.bottleneck_factor)
+            if opts.memory_side_factor > 0 and memory_side_sampled(
+                s.modes[ti[keep]], opts.memory_side_core_counts, opts.memory_side_min_samples
+            ):
+                fit = fit_physical(keep, bottleneck=True, memory_side=True)
+                candidates.append((*fit, keep))
+                factors.append(opts.memory_side_factor)
     # "auto": the head whose leave-one-out error (mean squared log ratio) is lower, the
     # reference head's divided by auto_reference_factor.
     scored = [
@@ -1185,7 +1215,9 @@ def fit_heads(
             stats.power_overall_halfwidth_rel = rel_halfwidth(*loo_power(loo_o, keep_o))
         stats.extra["power_overall_blend"] = round(share, 4)
     if time_head.bottleneck:
-        stats.extra["time_form"] = "bottleneck"
+        stats.extra["time_form"] = (
+            "memory-side" if time_head.phys_groups.max() == 3 else "bottleneck"
+        )
     if blend is not None:
         stats.extra["power_form"] = "blend"
         stats.extra["power_blend"] = round(blend, 4)

@@ -14,8 +14,8 @@ from powerd_replay.training import GridSpace, NoiseModel, NoisyOracle, RidgeFitt
 
 class Watch(Strategy):
     """Passes through; records each refine pick with the model's power prediction then (and
-    apart, those that rehearse a lower budget and the long shots), each near miss measured
-    again, the measured time of every commit, and the modes measured per budget."""
+    apart, those that rehearse a lower budget, the long shots and the swaps), each near miss
+    measured again, the measured time of every commit, and the modes measured per budget."""
 
     def __init__(self, inner: PowerTrain):
         self.inner = inner
@@ -23,6 +23,7 @@ class Watch(Strategy):
         self.refines: list[tuple[float, PowerMode, float]] = []  # budget, mode, predicted W
         self.rehearsed: list[tuple[float, PowerMode, float]] = []  # the same, rehearsals
         self.longshots: list[tuple[float, PowerMode, float]] = []  # ... and long shots
+        self.swaps: list[tuple[float, PowerMode, float]] = []  # ... and swap neighbours
         self.again: list[tuple[float, Measurement]] = []  # budget, the near miss re-measured
         self.commits: list[tuple[float, PowerMode, float]] = []  # budget, mode, measured ms
         self.new: dict[float, set[PowerMode]] = {}
@@ -39,7 +40,11 @@ class Watch(Strategy):
     def refine(self, budget_w, samples, room):
         own = {k: v for k, v in samples.items() if k in self.inner.index}
         _, p, _, _ = self.inner._corrected(own)
-        rehearsed, longshots = self.inner._rehearsed, self.inner._longshots
+        rehearsed, longshots, swaps = (
+            self.inner._rehearsed,
+            self.inner._longshots,
+            self.inner._swaps,
+        )
         action = self.inner.refine(budget_w, samples, room)
         if action is not None:
             self.why.append((action.mode, action.why))
@@ -52,6 +57,8 @@ class Watch(Strategy):
                 self.rehearsed.append(pick)
             if self.inner._longshots > longshots:
                 self.longshots.append(pick)
+            if self.inner._swaps > swaps:
+                self.swaps.append(pick)
             self.new.setdefault(budget_w, set()).add(action.mode)
         return action
 

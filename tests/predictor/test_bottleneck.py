@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from predictor_testlib import TRACES, mape
 
-from powerd.predictor import physical
+from powerd.predictor import physical, transfer
 from powerd.predictor.features import PHYSICAL_TIME
 from powerd.predictor.onnx_graph import Head
 from powerd.predictor.sampling import select_modes
@@ -110,5 +110,53 @@ def test_a_head_refuses_groups_that_do_not_match_its_terms() -> None:
             ref_transform="physical",
             phys_exps=exps,
             phys_coef=np.ones(5),
-            phys_groups=[0, 3, 2, 1, 1],
+            phys_groups=[0, 4, 2, 1, 1],
         )
+
+
+# -- the memory clock as a third side (RidgeOptions.memory_side_factor) ---------------------
+MEMORY = physical.MEMORY_SIDE_GROUPS
+
+
+def test_a_three_sided_workload_is_recovered_and_two_sides_cannot_say_it() -> None:
+    rng = np.random.default_rng(5)
+    x = np.column_stack([np.ones(60), rng.uniform(0.5, 9, (60, 4)), rng.uniform(0, 3, 60)])
+    truth = np.array([2.0, 4.0, 5.0, 6.0, 1.0, 3.0])  # const, gpu, emc, cpu, cores*cpu, ref
+    t = physical.bottleneck_time(x, truth, MEMORY)
+    sides = physical._sides(x, truth, MEMORY)[1]
+    assert set(np.argmax(sides, axis=1)) == {0, 1, 2}  # every side sets the pace somewhere
+    coef = physical.fit_bottleneck(x, t, MEMORY)
+    np.testing.assert_allclose(physical.bottleneck_time(x, coef, MEMORY), t, rtol=1e-6)
+    two = physical.bottleneck_time(x, physical.fit_bottleneck(x, t, GROUPS), GROUPS)
+    assert np.mean(np.abs(two / t - 1)) > 0.03
+
+
+def test_the_memory_side_waits_for_the_memory_clock_to_move_at_two_core_counts() -> None:
+    def modes(pairs):  # (cores, emc MHz) -> full modes
+        return np.array([(c, 1_000_000, 500 * 10**6, e * 10**6) for c, e in pairs])
+
+    one_count = modes([(4, 665), (4, 2133)] * 10 + [(8, 665)] * 4)
+    assert not transfer.memory_side_sampled(one_count, core_counts=2, min_samples=20)
+    two_counts = modes([(4, 665), (4, 2133)] * 10 + [(8, 665), (8, 3199)])
+    assert transfer.memory_side_sampled(two_counts, core_counts=2, min_samples=20)
+    assert not transfer.memory_side_sampled(two_counts[:19], core_counts=2, min_samples=20)
+
+
+def test_a_memory_side_head_survives_save_and_load_and_its_graph_agrees(
+    reference, tmp_path
+) -> None:
+    trace = Trace.load(TRACES / "orin_agx_resnet18_imagenet_infer.csv", batch_size=16)
+    m = trace.modes_array
+    idx = select_modes("grid", m, 30, seed=0)
+    s = Samples(m[idx], trace.time_ms[idx], trace.power_w[idx])
+    # a factor this large makes the memory side win whenever the samples admit it
+    fp = fit_ridge(s, reference, replace(RidgeOptions(), memory_side_factor=1e6))
+    assert fp.stats.extra.get("time_form") == "memory-side"
+    assert fp.heads is not None
+    back = FittedPredictor.load(fp.save(tmp_path / "fit"))
+    assert back.heads is not None
+    np.testing.assert_array_equal(back.heads[0].phys_groups, MEMORY)
+    np.testing.assert_array_equal(back.predict(m)[0], fp.predict(m)[0])
+    np.testing.assert_allclose(back.predict_with(reference, m)[0], fp.predict(m)[0], rtol=1e-4)
+    # off by default: the same samples keep a form of at most two sides
+    assert fit_ridge(s, reference).stats.extra.get("time_form") != "memory-side"

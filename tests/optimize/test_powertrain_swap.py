@@ -1,0 +1,70 @@
+"""powertrain's swap neighbours after a commit (Tuning.swap_modes): when refine's picks and
+the long shots find nothing, the pinned mode with one knob a level up and another a level
+down is measured where the model predicts it faster, whatever power the model reads there:
+a model fitted to samples that never combined those two levels guesses its power."""
+
+from __future__ import annotations
+
+import numpy as np
+from interval_models import BUDGET_W, SPACE, Model
+
+from powerd.modes import PowerMode
+from powerd.optimize.base import Measurement, best_within
+from powerd.optimize.powertrain import PowerTrain
+
+HIGH_EMC = 2_133_000_000
+WHY = "a swap neighbour of the pinned mode"
+
+
+def committed(**tuning: float) -> tuple[PowerTrain, dict[PowerMode, Measurement]]:
+    """A budget change at BUDGET_W after its commit: every low-EMC mode measured as the
+    model predicts (all fit; the pin: 2 GHz CPU, 600 MHz GPU), the high-EMC ones
+    (predicted twice as fast at 11.5-14 W, over the budget) never measured."""
+    tuning = {"rehearse_modes": 0, "longshot_modes": 0, **tuning}
+    strategy = PowerTrain(SPACE, lambda: Model(), max_modes=50, **tuning)
+    assert strategy._reference_ready()
+    t, p = Model().predict(strategy.modes_array)
+    own = {
+        mode: Measurement(mode, float(t[i]), float(p[i]))
+        for i, mode in enumerate(strategy.mode_list)
+        if mode.emc_hz != HIGH_EMC
+    }
+    strategy._budget, strategy._first = BUDGET_W, False
+    strategy._limit = len(own) + 4
+    strategy.on_fitted(Model())
+    strategy._fitted_on = frozenset(own)
+    strategy._scored = set(own)
+    strategy._misses_p = [0.1] * 12
+    return strategy, own
+
+
+def levels(mode: PowerMode) -> np.ndarray:
+    return np.array(mode.as_tuple()) > np.array([2, 1_000_000, 300_000_000, 665_000_000])
+
+
+def test_swap_neighbours_predicted_faster_are_measured_fastest_first_up_to_the_cap() -> None:
+    strategy, own = committed(swap_modes=2)
+    pinned = best_within(own, BUDGET_W)
+    assert pinned is not None and pinned.mode.emc_hz != HIGH_EMC
+    pin = levels(pinned.mode)
+    seen = []
+    while (action := strategy.refine(BUDGET_W, own, room=10)) is not None:
+        assert action.why == WHY
+        step = levels(action.mode).astype(int) - pin.astype(int)
+        assert sorted(step.tolist()) == [-1, 0, 0, 1] and step[3] == 1  # EMC up, one down
+        t, p = Model().predict(np.array([action.mode.as_tuple()]))
+        assert p[0] > BUDGET_W  # the model alone would never measure it
+        seen.append(float(t[0]))
+        # read over the budget, cut short as any such window
+        own[action.mode] = Measurement(action.mode, float("nan"), 13.0, aborted_over_budget=True)
+    assert len(seen) == 2 and seen == sorted(seen)  # the cap; the fastest first
+    strategy.next_action(BUDGET_W + 0.5, own)  # a new budget gets its own
+    assert strategy._swaps == 0
+
+
+def test_no_swap_when_off_or_when_none_is_predicted_faster() -> None:
+    strategy, own = committed(swap_modes=0)
+    assert strategy.refine(BUDGET_W, own, room=10) is None
+    # a bar no neighbour clears: predicted at best twice as fast as the pin
+    strategy, own = committed(swap_modes=4, swap_gain=0.6)
+    assert strategy.refine(BUDGET_W, own, room=10) is None
