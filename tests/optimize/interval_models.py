@@ -1,5 +1,6 @@
 """A four-knob mode space of two levels each and a model of it whose high EMC clock doubles
-the speed and reads 7.5 W over: the stand-ins the interval-doubt and long-shot tests share."""
+the speed and reads 7.5 W over: the stand-ins the interval-doubt, long-shot and swap tests
+share; and the state of a budget change after its commit, which the floor tests share too."""
 
 from __future__ import annotations
 
@@ -43,3 +44,37 @@ class IntervalModel(Model):
         half_p = np.where(far, 6.0, 0.3)
         half_t = np.where(far, 0.3, 0.03)
         return t, t * np.exp(-half_t), t * np.exp(half_t), p, p - half_p, p + half_p
+
+
+def as_budget_change(strategy, own: dict, fitted: Predictor, budget_w: float = BUDGET_W) -> None:
+    """Put a PowerTrain where a budget change at `budget_w` stands once the modes of `own`
+    are measured and `fitted` was fitted to them: a few modes of room left, and the model's
+    recorded power misses small (0.1 W)."""
+    strategy._budget, strategy._first = budget_w, False
+    strategy._limit = len(own) + 4
+    strategy.on_fitted(fitted)
+    strategy._fitted_on = frozenset(own)
+    strategy._scored = set(own)
+    strategy._misses_p = [0.1] * 12
+
+
+HIGH_EMC = 2_133_000_000
+
+
+def committed_low_emc(fitted: Predictor, **tuning: float):
+    """(PowerTrain, its samples): a budget change at BUDGET_W after its commit, every
+    low-EMC mode measured as Model predicts (all fit), the high-EMC ones (predicted twice
+    as fast at 11.5-14 W, over the budget) never measured; `fitted` the fit at hand."""
+    from powerd.optimize.base import Measurement
+    from powerd.optimize.powertrain import PowerTrain
+
+    strategy = PowerTrain(SPACE, lambda: Model(), max_modes=50, rehearse_modes=0, **tuning)
+    assert strategy._reference_ready()
+    t, p = Model().predict(strategy.modes_array)
+    own = {
+        mode: Measurement(mode, float(t[i]), float(p[i]))
+        for i, mode in enumerate(strategy.mode_list)
+        if mode.emc_hz != HIGH_EMC
+    }
+    as_budget_change(strategy, own, fitted)
+    return strategy, own

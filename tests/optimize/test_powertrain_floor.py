@@ -7,6 +7,7 @@ that is worth."""
 from __future__ import annotations
 
 import numpy as np
+from interval_models import as_budget_change
 
 from powerd.device.modespace import ModeSpace
 from powerd.modes import PowerMode
@@ -61,12 +62,7 @@ def change(
     idx = np.array([list(m.as_tuple()) for m in measured])
     _, p = model().predict(idx)
     own = {m: Measurement(m, t, float(p[i])) for i, (m, t) in enumerate(measured.items())}
-    strategy._budget, strategy._first = BUDGET_W, False
-    strategy._limit = len(own) + 4
-    strategy.on_fitted(model())
-    strategy._fitted_on = frozenset(own)
-    strategy._scored = set(own)
-    strategy._misses_p = [0.1] * 12
+    as_budget_change(strategy, own, model(), BUDGET_W)
     return strategy.next_action(BUDGET_W, own)
 
 

@@ -7,37 +7,18 @@ says it knows the power well."""
 from __future__ import annotations
 
 import numpy as np
-from interval_models import BUDGET_W, SPACE, IntervalModel, Model
+from interval_models import BUDGET_W, HIGH_EMC, IntervalModel, Model, committed_low_emc
 
 from powerd.modes import PowerMode
 from powerd.optimize.base import Measurement
 from powerd.optimize.powertrain import PowerTrain
 
-HIGH_EMC = 2_133_000_000
-
 
 def committed(fitted, **tuning: float) -> tuple[PowerTrain, dict[PowerMode, Measurement]]:
-    """A budget change at BUDGET_W after its commit: every low-EMC mode measured as the
-    reference predicts (all fit), the high-EMC ones (predicted 11.5-14 W, twice as fast)
-    never measured, and the model's recorded power misses small (0.1 W)."""
-    # swaps (a later rule, tests/optimize/test_powertrain_swap.py) off: what is left is
-    # the long shots' to measure
-    tuning = {"swap_modes": 0, **tuning}
-    strategy = PowerTrain(SPACE, lambda: Model(), max_modes=50, rehearse_modes=0, **tuning)
-    assert strategy._reference_ready()
-    t, p = Model().predict(strategy.modes_array)
-    own = {
-        mode: Measurement(mode, float(t[i]), float(p[i]))
-        for i, mode in enumerate(strategy.mode_list)
-        if mode.emc_hz != HIGH_EMC
-    }
-    strategy._budget, strategy._first = BUDGET_W, False
-    strategy._limit = len(own) + 4
-    strategy.on_fitted(fitted)
-    strategy._fitted_on = frozenset(own)
-    strategy._scored = set(own)
-    strategy._misses_p = [0.1] * 12
-    return strategy, own
+    """The low-EMC budget change of interval_models after its commit, with the model's
+    recorded power misses small (0.1 W). Swaps (a later rule,
+    tests/optimize/test_powertrain_swap.py) off: what is left is the long shots'."""
+    return committed_low_emc(fitted, **{"swap_modes": 0, **tuning})
 
 
 def test_a_wide_power_interval_over_the_budget_gets_a_long_shot() -> None:

@@ -6,36 +6,20 @@ a model fitted to samples that never combined those two levels guesses its power
 from __future__ import annotations
 
 import numpy as np
-from interval_models import BUDGET_W, SPACE, Model
+from interval_models import BUDGET_W, HIGH_EMC, Model, committed_low_emc
 
 from powerd.modes import PowerMode
 from powerd.optimize.base import Measurement, best_within
 from powerd.optimize.powertrain import PowerTrain
 
-HIGH_EMC = 2_133_000_000
 WHY = "a swap neighbour of the pinned mode"
 
 
 def committed(**tuning: float) -> tuple[PowerTrain, dict[PowerMode, Measurement]]:
-    """A budget change at BUDGET_W after its commit: every low-EMC mode measured as the
-    model predicts (all fit; the pin: 2 GHz CPU, 600 MHz GPU), the high-EMC ones
-    (predicted twice as fast at 11.5-14 W, over the budget) never measured."""
-    tuning = {"rehearse_modes": 0, "longshot_modes": 0, **tuning}
-    strategy = PowerTrain(SPACE, lambda: Model(), max_modes=50, **tuning)
-    assert strategy._reference_ready()
-    t, p = Model().predict(strategy.modes_array)
-    own = {
-        mode: Measurement(mode, float(t[i]), float(p[i]))
-        for i, mode in enumerate(strategy.mode_list)
-        if mode.emc_hz != HIGH_EMC
-    }
-    strategy._budget, strategy._first = BUDGET_W, False
-    strategy._limit = len(own) + 4
-    strategy.on_fitted(Model())
-    strategy._fitted_on = frozenset(own)
-    strategy._scored = set(own)
-    strategy._misses_p = [0.1] * 12
-    return strategy, own
+    """The low-EMC budget change of interval_models after its commit (the pin: 2 GHz CPU,
+    600 MHz GPU), long shots off: Model has no interval, so refine and the long shots
+    would measure nothing there anyway."""
+    return committed_low_emc(Model(), **{"longshot_modes": 0, **tuning})
 
 
 def levels(mode: PowerMode) -> np.ndarray:
