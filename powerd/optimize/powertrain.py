@@ -564,9 +564,7 @@ class PowerTrain(Strategy):
             at_up = usable & (self.rank_idx[:, j] == up)
             held.append((j, at_up))
             for row in floor:
-                levels_up = [*row[:j], up, *row[j + 1 :]]
-                knobs = (int(a[k]) for a, k in zip(self.axes, levels_up, strict=True))
-                i = self.index.get(PowerMode(*knobs))
+                i = self._mode_at([*row[:j], up, *row[j + 1 :]])
                 if i is None or not at_up[i]:  # no such mode on this board, measured, pruned
                     continue
                 prob = float(norm_cdf((budget_w - p[i]) / dp[i]))
@@ -586,6 +584,12 @@ class PowerTrain(Strategy):
             if cand.size:
                 return int(cand[np.argmin(t[cand])]), j, True
         return None
+
+    def _mode_at(self, levels) -> int | None:
+        """The index of the mode at these levels (one per knob, along its axis); None where
+        the board has no such mode."""
+        knobs = (int(a[k]) for a, k in zip(self.axes, levels, strict=True))
+        return self.index.get(PowerMode(*knobs))
 
     def _refine_pick(
         self, budget_w: float, own: Mapping[PowerMode, Measurement], corrected: Corrected
@@ -641,8 +645,7 @@ class PowerTrain(Strategy):
                 row[down] -= 1
                 if up == down or row[up] >= len(self.axes[up]) or row[down] < 0:
                     continue
-                knobs = (int(a[k]) for a, k in zip(self.axes, row, strict=True))
-                i = self.index.get(PowerMode(*knobs))
+                i = self._mode_at(row)
                 if i is not None and usable[i] and t[i] < bar:
                     cand.append(i)
         return min(cand, key=lambda i: (t[i], i)) if cand else None

@@ -20,7 +20,13 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from powerd.predictor.features import UNIT_SCALE, mode_features
-from powerd.predictor.physical import MAX_SIDES, REF_UNIT_MS, bottleneck_time, per_step
+from powerd.predictor.physical import (
+    MAX_SIDES,
+    REF_UNIT_MS,
+    bottleneck_time,
+    per_step,
+    side_count,
+)
 
 OPSET = 17
 IR_VERSION = 8
@@ -411,7 +417,7 @@ class Head:
         """Nodes of the bottleneck form over the term features `{prefix}pf` and the scaled
         reference time `ref_t`; returns (nodes, output name)."""
         p, nodes, sides = prefix, [], []
-        for g in range(max(2, int(self.phys_groups.max())) + 1):
+        for g in range(side_count(self.phys_groups) + 1):
             coef = np.where(self.phys_groups == g, self.phys_coef, 0.0)
             inits.append(numpy_helper.from_array(_f32(coef), f"{p}pc{g}"))
             nodes.append(helper.make_node("MatMul", [f"{p}pf", f"{p}pc{g}"], [f"{p}s{g}r"]))

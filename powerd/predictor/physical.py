@@ -159,12 +159,17 @@ def _column_groups(groups: np.ndarray) -> np.ndarray:
     return np.append(groups, 2)
 
 
+def side_count(groups: np.ndarray) -> int:
+    """How many sides the max of a bottleneck form with these term groups has (2 or 3)."""
+    return max(2, int(_column_groups(groups).max()))
+
+
 def _sides(x: np.ndarray, coef: np.ndarray, groups: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(outside the max (N,), the sides (N, S), column s the time of side s + 1) of each row
     of a design `x` (monomials, then the reference's time column), in ms."""
     g, c = _column_groups(groups), np.asarray(coef, dtype=np.float64)
-    n_sides = max(2, int(g.max()))
     outside = x @ np.where(g == 0, c, 0.0)
+    n_sides = side_count(groups)
     sides = np.column_stack([x @ np.where(g == k, c, 0.0) for k in range(1, n_sides + 1)])
     return outside, sides
 
@@ -201,7 +206,7 @@ def fit_bottleneck(x: np.ndarray, time_ms: np.ndarray, groups: np.ndarray) -> np
     t = np.asarray(time_ms, dtype=np.float64)
     k = len(t)
     rng = np.random.default_rng(k)
-    n_sides = max(2, int(_column_groups(groups).max()))
+    n_sides = side_count(groups)
 
     def random_start() -> np.ndarray:
         if n_sides == 2:  # the draws of the two-sided form's first release: same fits

@@ -949,12 +949,11 @@ def fit_heads(
     ) -> tuple[Head, float | None, np.ndarray]:
         assert x_phys is not None
         r = ti[m]
-        groups = np.zeros(0, dtype=np.int64)
         if bottleneck:
             groups = physical.MEMORY_SIDE_GROUPS if memory_side else physical.BOTTLENECK_GROUPS
-        if bottleneck:
             c = physical.fit_bottleneck(x_phys[m], s.time_ms[r], groups)
         else:
+            groups = np.zeros(0, dtype=np.int64)
             c = physical.fit_weights(x_phys[m], s.time_ms[r])
         phys = (
             np.array(PHYSICAL_TIME, dtype=np.int64),
@@ -1216,7 +1215,7 @@ def fit_heads(
         stats.extra["power_overall_blend"] = round(share, 4)
     if time_head.bottleneck:
         stats.extra["time_form"] = (
-            "memory-side" if time_head.phys_groups.max() == 3 else "bottleneck"
+            "memory-side" if physical.side_count(time_head.phys_groups) == 3 else "bottleneck"
         )
     if blend is not None:
         stats.extra["power_form"] = "blend"

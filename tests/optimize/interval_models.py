@@ -7,7 +7,8 @@ from __future__ import annotations
 import numpy as np
 
 from powerd.device.modespace import ModeSpace
-from powerd.optimize.base import Predictor
+from powerd.optimize.base import Measurement, Predictor
+from powerd.optimize.powertrain import PowerTrain
 
 SPACE = ModeSpace(
     cores=[2, 4],
@@ -16,6 +17,7 @@ SPACE = ModeSpace(
     emc_hz=[665_000_000, 2_133_000_000],
 )
 BUDGET_W = 10.0
+HIGH_EMC = 2_133_000_000
 
 
 def knob_index(modes: np.ndarray) -> np.ndarray:
@@ -58,16 +60,10 @@ def as_budget_change(strategy, own: dict, fitted: Predictor, budget_w: float = B
     strategy._misses_p = [0.1] * 12
 
 
-HIGH_EMC = 2_133_000_000
-
-
 def committed_low_emc(fitted: Predictor, **tuning: float):
     """(PowerTrain, its samples): a budget change at BUDGET_W after its commit, every
     low-EMC mode measured as Model predicts (all fit), the high-EMC ones (predicted twice
     as fast at 11.5-14 W, over the budget) never measured; `fitted` the fit at hand."""
-    from powerd.optimize.base import Measurement
-    from powerd.optimize.powertrain import PowerTrain
-
     strategy = PowerTrain(SPACE, lambda: Model(), max_modes=50, rehearse_modes=0, **tuning)
     assert strategy._reference_ready()
     t, p = Model().predict(strategy.modes_array)
