@@ -118,6 +118,9 @@ PredictorFactory = Callable[[], Predictor]
 Corrected = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 
 
+SWAP_WHY = "a swap neighbour of the pinned mode"
+
+
 def load_reference_predictor() -> Predictor:
     """The bundled reference model (imported here: onnxruntime is only needed by this)."""
     from powerd.predictor.reference import ReferenceModel
@@ -256,6 +259,14 @@ class Tuning:
     # workload, seed 0), every other in-sample sweep within noise. 0: off.
     swap_modes: int = 4
     swap_gain: float = 0.0
+    # 1: in a budget change, a swap comes before refine's own picks and the long shots; its
+    # change_modes can run out before a swap comes up (ResNet-18 inference bs 16, a change
+    # to 20 W through the daemon, session 59: four picks, then a pin 52 % slow). Replayed
+    # with 30 modes of refine room (docs/experiments.md, session 60), mean penalty of the
+    # five in-sample sweeps (MobileNet v3 training, Orin Nano, ResNet-18 inference bs 1, 4,
+    # 16), summed: a mixed order, seed 0 18.2 -> 16.0 points, seed 1 18.1 -> 16.7; raised
+    # 1 W at a time 24.3 -> 24.3; no budget over by > 0.5 W. 0: swaps come last.
+    change_swap_first: int = 1
     # A budget change, before its picks: when the measured modes that fit and run within
     # floor_tol of the fastest all hold one knob at one level while at least two other
     # knobs vary among them, the step waits on that knob (a floor), whatever the others
@@ -504,17 +515,20 @@ class PowerTrain(Strategy):
         why = ""
         try:
             corrected = self._corrected(own)  # once: the rehearsed budgets read it too
-            pick = self._refine_pick(budget_w, own, corrected)
+            pick = None
+            if self.cfg.change_swap_first and not self._first:
+                pick = self._counted_swap(budget_w, own, best, corrected)
+                why = SWAP_WHY if pick is not None else ""
+            if pick is None:
+                pick = self._refine_pick(budget_w, own, corrected)
             if pick is None and self._longshots < self.cfg.longshot_modes:
                 pick = self._longshot(budget_w, own, corrected)
                 if pick is not None:
                     self._longshots += 1
                     why = "a long shot: predicted over the budget"
-            if pick is None and self._swaps < self.cfg.swap_modes:
-                pick = self._swap(budget_w, own, best, corrected)
-                if pick is not None:
-                    self._swaps += 1
-                    why = "a swap neighbour of the pinned mode"
+            if pick is None:
+                pick = self._counted_swap(budget_w, own, best, corrected)
+                why = SWAP_WHY if pick is not None else why
             if pick is None and self._first:
                 rehearsal = self._rehearse(budget_w, own, corrected)
                 if rehearsal is not None:
@@ -623,6 +637,20 @@ class PowerTrain(Strategy):
             bar=c.longshot_gain,
             corrected=(t, p, dt, dp),
         )
+
+    def _counted_swap(
+        self,
+        budget_w: float,
+        own: Mapping[PowerMode, Measurement],
+        best: Measurement,
+        corrected: Corrected,
+    ) -> int | None:
+        """`_swap` while this budget has swaps left (`swap_modes`), counted."""
+        if self._swaps >= self.cfg.swap_modes:
+            return None
+        pick = self._swap(budget_w, own, best, corrected)
+        self._swaps += pick is not None
+        return pick
 
     def _swap(
         self,

@@ -52,3 +52,29 @@ def test_no_swap_when_off_or_when_none_is_predicted_faster() -> None:
     # a bar no neighbour clears: predicted at best twice as fast as the pin
     strategy, own = committed(swap_modes=4, swap_gain=0.6)
     assert strategy.refine(BUDGET_W, own, room=10) is None
+
+
+def test_a_change_may_try_its_swap_before_refine_picks() -> None:
+    """change_swap_first: in a budget change, whose few modes refine's own picks could
+    spend first, the swap comes first; off, refine's pick does."""
+    fast_low_emc = {(2_000_000, 600_000_000, 665_000_000)}  # the two fastest low-EMC modes
+
+    def unmeasured_fast(**tuning: float):
+        strategy, own = committed(**tuning)
+        for mode in [m for m in own if (m.cpu_khz, m.gpu_hz, m.emc_hz) in fast_low_emc]:
+            del own[mode]  # refine's pick: predicted faster than the pin, and fitting
+        # the pin 4c/1 GHz/600 MHz/665 MHz, whose swap 2c/.../2133 MHz is predicted faster
+        del own[PowerMode(2, 1_000_000, 600_000_000, 665_000_000)]
+        pinned = best_within(own, BUDGET_W)
+        assert pinned is not None
+        assert pinned.mode == PowerMode(4, 1_000_000, 600_000_000, 665_000_000)
+        return strategy, own
+
+    strategy, own = unmeasured_fast(change_swap_first=1)
+    first = strategy.refine(BUDGET_W, own, room=10)
+    assert first is not None and first.why == WHY
+    assert first.mode == PowerMode(2, 1_000_000, 600_000_000, HIGH_EMC)
+    strategy, own = unmeasured_fast(change_swap_first=0)
+    first = strategy.refine(BUDGET_W, own, room=10)
+    assert first is not None and first.why != WHY
+    assert (first.mode.cpu_khz, first.mode.gpu_hz, first.mode.emc_hz) in fast_low_emc
