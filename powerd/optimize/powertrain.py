@@ -517,7 +517,7 @@ class PowerTrain(Strategy):
             corrected = self._corrected(own)  # once: the rehearsed budgets read it too
             pick = None
             if self.cfg.change_swap_first and not self._first:
-                pick = self._counted_swap(budget_w, own, best, corrected)
+                pick = self._swap(budget_w, own, best, corrected)
                 why = SWAP_WHY if pick is not None else ""
             if pick is None:
                 pick = self._refine_pick(budget_w, own, corrected)
@@ -527,7 +527,7 @@ class PowerTrain(Strategy):
                     self._longshots += 1
                     why = "a long shot: predicted over the budget"
             if pick is None:
-                pick = self._counted_swap(budget_w, own, best, corrected)
+                pick = self._swap(budget_w, own, best, corrected)
                 why = SWAP_WHY if pick is not None else why
             if pick is None and self._first:
                 rehearsal = self._rehearse(budget_w, own, corrected)
@@ -638,20 +638,6 @@ class PowerTrain(Strategy):
             corrected=(t, p, dt, dp),
         )
 
-    def _counted_swap(
-        self,
-        budget_w: float,
-        own: Mapping[PowerMode, Measurement],
-        best: Measurement,
-        corrected: Corrected,
-    ) -> int | None:
-        """`_swap` while this budget has swaps left (`swap_modes`), counted."""
-        if self._swaps >= self.cfg.swap_modes:
-            return None
-        pick = self._swap(budget_w, own, best, corrected)
-        self._swaps += pick is not None
-        return pick
-
     def _swap(
         self,
         budget_w: float,
@@ -659,8 +645,11 @@ class PowerTrain(Strategy):
         best: Measurement,
         corrected: Corrected,
     ) -> int | None:
-        """The open swap neighbour of the pinned mode `best` predicted fastest (see
-        `swap_modes`); None when none is predicted faster than the pin."""
+        """The open swap neighbour of the pinned mode `best` predicted fastest, counted
+        against this budget's `swap_modes`; None when they are used up or none is
+        predicted faster than the pin."""
+        if self._swaps >= self.cfg.swap_modes:
+            return None
         t, p = corrected[0], corrected[1]
         usable = self._open(budget_w, own) & np.isfinite(t) & (t > 0) & np.isfinite(p)
         at = self.rank_idx[self.index[best.mode]]
@@ -676,7 +665,10 @@ class PowerTrain(Strategy):
                 i = self._mode_at(row)
                 if i is not None and usable[i] and t[i] < bar:
                     cand.append(i)
-        return min(cand, key=lambda i: (t[i], i)) if cand else None
+        if not cand:
+            return None
+        self._swaps += 1
+        return min(cand, key=lambda i: (t[i], i))
 
     def _rehearse(
         self, budget_w: float, own: Mapping[PowerMode, Measurement], corrected: Corrected
