@@ -515,10 +515,11 @@ class PowerTrain(Strategy):
         why = ""
         try:
             corrected = self._corrected(own)  # once: the rehearsed budgets read it too
-            pick = None
-            if self.cfg.change_swap_first and not self._first:
-                pick = self._swap(budget_w, own, best, corrected)
-                why = SWAP_WHY if pick is not None else ""
+            # a swap tried first and not found would not be found later in this call
+            swap_first = self.cfg.change_swap_first and not self._first
+            pick = self._swap(budget_w, own, best, corrected) if swap_first else None
+            if pick is not None:
+                why = SWAP_WHY
             if pick is None:
                 pick = self._refine_pick(budget_w, own, corrected)
             if pick is None and self._longshots < self.cfg.longshot_modes:
@@ -526,9 +527,10 @@ class PowerTrain(Strategy):
                 if pick is not None:
                     self._longshots += 1
                     why = "a long shot: predicted over the budget"
-            if pick is None:
+            if pick is None and not swap_first:
                 pick = self._swap(budget_w, own, best, corrected)
-                why = SWAP_WHY if pick is not None else why
+                if pick is not None:
+                    why = SWAP_WHY
             if pick is None and self._first:
                 rehearsal = self._rehearse(budget_w, own, corrected)
                 if rehearsal is not None:
